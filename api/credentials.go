@@ -1,0 +1,137 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/webhook"
+)
+
+const maxBearerLen = 1024
+
+func (s *Server) createCredentials(c *gin.Context) {
+	f, err := dispatch.ParseObject(body(c), "bearerToken", "signingSecret", "algorithm", "signatureScheme")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cr := dispatch.Credentials{Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: string(webhook.SchemeFlowCatalyst)}
+	cr.BearerToken = f.String("bearerToken", maxBearerLen, false)
+	if strings.ContainsFunc(cr.BearerToken, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		f.Add("bearerToken", "must not contain control characters")
+	}
+	if a := f.String("algorithm", 32, false); a != "" && a != dispatch.AlgorithmHMACSHA256 {
+		f.Add("algorithm", "must be %s", dispatch.AlgorithmHMACSHA256)
+	}
+	if sc := f.String("signatureScheme", 32, false); sc != "" {
+		if !webhook.Scheme(sc).Valid() {
+			f.Add("signatureScheme", "must be FLOWCATALYST or STANDARD_WEBHOOKS")
+		} else {
+			cr.SignatureScheme = sc
+		}
+	}
+	secret, generated := s.secretField(f, webhook.Scheme(cr.SignatureScheme))
+	if err := f.Err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cr.SigningSecret = secret
+	if err := s.store.CreateCredentials(c.Request.Context(), &cr); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := viewCredentials(cr, s.now())
+	if generated {
+		v.SigningSecret = secret // shown this once
+	}
+	c.JSON(http.StatusCreated, v)
+}
+
+// secretField reads signingSecret, or generates one when absent.
+func (s *Server) secretField(f *dispatch.Fields, scheme webhook.Scheme) (string, bool) {
+	secret := f.String("signingSecret", 256, false)
+	if f.Has("signingSecret") {
+		if err := webhook.ValidateSecret(scheme, secret); err != nil {
+			f.Add("signingSecret", "%s", err.Error())
+		}
+		return secret, false
+	}
+	gen, err := webhook.NewSecret(scheme)
+	if err != nil {
+		f.Add("signingSecret", "could not be generated")
+	}
+	return gen, true
+}
+
+func (s *Server) getCredentials(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	cr, err := s.store.GetCredentials(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, viewCredentials(cr, s.now()))
+}
+
+func (s *Server) deleteCredentials(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	if err := s.store.DeleteCredentials(c.Request.Context(), id); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// rotateCredentials issues a new signing secret (generated unless given);
+// the old one stays valid for gracePeriod (default DISPATCH_ROTATION_GRACE),
+// during which deliveries carry both signatures.
+func (s *Server) rotateCredentials(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	f, err := dispatch.ParseObject(body(c), "signingSecret", "gracePeriod")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cur, err := s.store.GetCredentials(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	grace := s.cfg.RotationGrace
+	if g := f.String("gracePeriod", 32, false); g != "" {
+		d, err := time.ParseDuration(g)
+		if err != nil || d < 0 || d > 30*24*time.Hour {
+			f.Add("gracePeriod", "must be a duration from 0s to 720h, such as 24h")
+		} else {
+			grace = d
+		}
+	}
+	secret, generated := s.secretField(f, webhook.Scheme(cur.SignatureScheme))
+	if err := f.Err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cr, err := s.store.RotateCredentials(c.Request.Context(), id, secret, grace)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := viewCredentials(cr, s.now())
+	if generated {
+		v.SigningSecret = secret
+	}
+	c.JSON(http.StatusOK, v)
+}

@@ -1,0 +1,287 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+const (
+	maxBatch         = 100
+	defaultPageSize  = 20
+	maxPageSize      = 100
+	defaultReplayMax = 100
+	maxReplay        = 1000
+)
+
+func (s *Server) createJob(c *gin.Context) {
+	j, err := dispatch.ParseCreateJob(body(c), s.cfg.JobRules, s.now())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out, created, err := s.store.CreateJob(c.Request.Context(), j)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if !created {
+		c.JSON(http.StatusOK, viewJob(out))
+		return
+	}
+	s.metrics.jobsCreated.Inc()
+	s.notifier.Notify()
+	c.JSON(http.StatusCreated, viewJob(out))
+}
+
+type batchResult struct {
+	Index  int          `json:"index"`
+	Status int          `json:"status"`
+	Job    *jobView     `json:"job,omitempty"`
+	Error  *errorDetail `json:"error,omitempty"`
+}
+
+// createJobs creates the valid items of a batch in one transaction and
+// answers per item: 201 created, 200 idempotent repeat, 400 invalid.
+func (s *Server) createJobs(c *gin.Context) {
+	jobs, errs, err := dispatch.ParseCreateJobs(body(c), s.cfg.JobRules, s.now(), maxBatch)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	results := make([]batchResult, len(jobs))
+	var valid []*dispatch.Job
+	var at []int
+	for i, j := range jobs {
+		results[i].Index = i
+		if errs[i] != nil {
+			de := errs[i].(*dispatch.Error)
+			results[i].Status = http.StatusBadRequest
+			results[i].Error = &errorDetail{Code: de.Code, Message: de.Message, Details: de.Details}
+			continue
+		}
+		valid = append(valid, j)
+		at = append(at, i)
+	}
+	if len(valid) > 0 {
+		out, created, err := s.store.CreateJobs(c.Request.Context(), valid)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		n := 0
+		for k, i := range at {
+			v := viewJob(out[k])
+			results[i].Job, results[i].Status = &v, http.StatusOK
+			if created[k] {
+				results[i].Status = http.StatusCreated
+				n++
+			}
+		}
+		if n > 0 {
+			s.metrics.jobsCreated.Add(float64(n))
+			s.notifier.Notify()
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"results": results})
+}
+
+func (s *Server) getJob(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	j, err := s.store.GetJob(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, viewJob(j))
+}
+
+func (s *Server) searchJobs(c *gin.Context) {
+	f, page, size, err := parseSearch(c.Request.URL.Query(), "page", "size")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	jobs, total, err := s.store.SearchJobs(c.Request.Context(), f, page, size)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	items := make([]jobView, len(jobs))
+	for i, j := range jobs {
+		items[i] = viewJob(j)
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
+		"totalPages": (total + size - 1) / size})
+}
+
+// parseSearch reads the search filters (SPEC §4) and reports every bad one.
+// extra names the paging parameters the caller accepts.
+func parseSearch(q url.Values, extra ...string) (dispatch.JobFilter, int, int, error) {
+	var (
+		f    dispatch.JobFilter
+		p    dispatch.Problems
+		page = 0
+		size = defaultPageSize
+	)
+	known := map[string]bool{"status": true, "source": true, "type": true, "groupId": true, "createdAfter": true, "createdBefore": true}
+	for _, e := range extra {
+		known[e] = true
+	}
+	for key, vals := range q {
+		if mk, ok := strings.CutPrefix(key, "metadata."); ok {
+			if mk == "" || len(mk) > dispatch.MaxMetadataKeyLen {
+				p.Add(key, "metadata keys must be 1 to %d characters", dispatch.MaxMetadataKeyLen)
+				continue
+			}
+			if f.Metadata == nil {
+				f.Metadata = map[string]string{}
+			}
+			f.Metadata[mk] = vals[0]
+			continue
+		}
+		if !known[key] {
+			p.Add(key, "unknown query parameter")
+			continue
+		}
+		if len(vals) > 1 && key != "status" {
+			p.Add(key, "must be given once")
+		}
+	}
+	for _, raw := range q["status"] {
+		for _, st := range strings.Split(raw, ",") {
+			status := dispatch.Status(strings.ToUpper(strings.TrimSpace(st)))
+			if !status.Valid() {
+				p.Add("status", "%q is not a status (PENDING, IN_PROGRESS, COMPLETED, FAILED, ERROR, CANCELLED, EXPIRED)", st)
+				continue
+			}
+			f.Statuses = append(f.Statuses, status)
+		}
+	}
+	f.Source, f.Type, f.GroupID = q.Get("source"), q.Get("type"), q.Get("groupId")
+	for name, dst := range map[string]**time.Time{"createdAfter": &f.CreatedAfter, "createdBefore": &f.CreatedBefore} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				p.Add(name, "must be an RFC 3339 time such as 2025-10-04T15:00:00Z")
+				continue
+			}
+			*dst = &t
+		}
+	}
+	intParam := func(name string, def, min, max int) int {
+		v := q.Get(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min || n > max {
+			p.Add(name, "must be a whole number from %d to %d", min, max)
+			return def
+		}
+		return n
+	}
+	if known["page"] {
+		page = intParam("page", 0, 0, 1_000_000)
+		size = intParam("size", defaultPageSize, 1, maxPageSize)
+	}
+	if known["limit"] {
+		size = intParam("limit", defaultReplayMax, 1, maxReplay)
+	}
+	return f, page, size, p.Err()
+}
+
+func (s *Server) listAttempts(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	attempts, err := s.store.ListAttempts(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := make([]attemptView, len(attempts))
+	for i, a := range attempts {
+		out[i] = viewAttempt(a)
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) cancelJob(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	j, err := s.store.CancelJob(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, viewJob(j))
+}
+
+func (s *Server) replayJob(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	j, err := s.store.ReplayJob(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.metrics.jobsCreated.Inc()
+	s.notifier.Notify()
+	c.JSON(http.StatusCreated, viewJob(j))
+}
+
+// replayJobs is the dead-letter redrive: it replays finished jobs matching
+// the search filters (at least one is required), up to limit.
+func (s *Server) replayJobs(c *gin.Context) {
+	f, _, limit, err := parseSearch(c.Request.URL.Query(), "limit")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if len(f.Statuses) == 0 && f.Source == "" && f.Type == "" && f.GroupID == "" &&
+		f.CreatedAfter == nil && f.CreatedBefore == nil && len(f.Metadata) == 0 {
+		var p dispatch.Problems
+		p.Add("query", "at least one filter is required (for example status=ERROR)")
+		s.writeError(c, p.Err())
+		return
+	}
+	jobs, err := s.store.ReplayJobs(c.Request.Context(), f, limit)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	items := make([]jobView, len(jobs))
+	for i, j := range jobs {
+		items[i] = viewJob(j)
+	}
+	if len(jobs) > 0 {
+		s.metrics.jobsCreated.Add(float64(len(jobs)))
+		s.notifier.Notify()
+	}
+	c.JSON(http.StatusOK, gin.H{"replayed": len(items), "items": items})
+}
+
+func (s *Server) pathID(c *gin.Context) (int64, bool) {
+	id, ok := dispatch.ParseID(c.Param("id"))
+	if !ok {
+		var p dispatch.Problems
+		p.Add("id", "must be a positive integer id")
+		s.writeError(c, p.Err())
+	}
+	return id, ok
+}

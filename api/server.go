@@ -1,0 +1,179 @@
+// Package api is dispatch's HTTP API (gin): jobs, credentials, the internal
+// processing endpoint, health and metrics. Handlers decode, call one method
+// of the store or processor, and encode; errors are mapped to statuses and
+// JSON in one place (writeError).
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// Store is what the API needs from the job store.
+type Store interface {
+	CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error)
+	CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error)
+	GetJob(ctx context.Context, id int64) (dispatch.Job, error)
+	SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error)
+	ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attempt, error)
+	CancelJob(ctx context.Context, id int64) (dispatch.Job, error)
+	ReplayJob(ctx context.Context, id int64) (dispatch.Job, error)
+	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error)
+	CreateCredentials(ctx context.Context, c *dispatch.Credentials) error
+	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
+	DeleteCredentials(ctx context.Context, id int64) error
+	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
+	Ping(ctx context.Context) error
+}
+
+// Processor decides what happens to one message pointer.
+type Processor interface {
+	Process(ctx context.Context, ptr dispatch.Pointer) (dispatch.Decision, error)
+}
+
+// Notifier is told when new jobs have committed (the outbox publisher).
+type Notifier interface{ Notify() }
+
+// Config configures the API.
+type Config struct {
+	APITokens     []string
+	AdminToken    string
+	InternalToken string
+	Insecure      bool
+	MaxPayload    int64
+	JobRules      dispatch.JobRules
+	RotationGrace time.Duration
+	Logger        *slog.Logger
+	// QueuePing checks the queue for /health/ready (nil: not checked).
+	QueuePing func(context.Context) error
+	// Metrics serves /metrics (nil: not served).
+	Metrics http.Handler
+	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg       Config
+	store     Store
+	processor Processor
+	notifier  Notifier
+	log       *slog.Logger
+	engine    *gin.Engine
+	metrics   *apiMetrics
+	now       func() time.Time
+}
+
+// New returns a Server. processor may be nil (no processing endpoint).
+func New(store Store, processor Processor, notifier Notifier, cfg Config, reg metricsRegisterer) *Server {
+	gin.SetMode(gin.ReleaseMode)
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 1 << 20
+	}
+	s := &Server{cfg: cfg, store: store, processor: processor, notifier: notifier,
+		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now}
+	s.engine = s.routes()
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Run serves on ln until ctx is cancelled, then lets in-flight requests
+// finish for up to ShutdownTimeout.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.engine, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
+
+func (s *Server) routes() *gin.Engine {
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(s.recoverer, s.logRequests)
+	e.NoRoute(func(c *gin.Context) {
+		s.writeError(c, dispatch.Errorf(dispatch.ENotFound, "no route %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		s.writeErrorStatus(c, http.StatusMethodNotAllowed, dispatch.Errorf("method_not_allowed", "%s is not allowed here", c.Request.Method))
+	})
+
+	e.GET("/health/live", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "UP"}) })
+	e.GET("/health/ready", s.ready)
+	if s.cfg.Metrics != nil {
+		e.GET("/metrics", gin.WrapH(s.cfg.Metrics))
+	}
+
+	jobs := e.Group("/api/dispatch", s.auth("api", s.cfg.APITokens))
+	jobs.POST("/jobs", s.limitBody, s.createJob)
+	jobs.POST("/jobs/batch", s.limitBody, s.createJobs)
+	jobs.GET("/jobs", s.searchJobs)
+	jobs.POST("/jobs/replay", s.limitBody, s.replayJobs)
+	jobs.GET("/jobs/:id", s.getJob)
+	jobs.GET("/jobs/:id/attempts", s.listAttempts)
+	jobs.POST("/jobs/:id/cancel", s.cancelJob)
+	jobs.POST("/jobs/:id/replay", s.replayJob)
+
+	if s.processor != nil {
+		e.POST("/api/dispatch/process", s.auth("internal", tokens(s.cfg.InternalToken)), s.limitBody, s.process)
+	}
+
+	admin := e.Group("/api/admin/dispatch", s.auth("admin", tokens(s.cfg.AdminToken)))
+	admin.POST("/credentials", s.limitBody, s.createCredentials)
+	admin.GET("/credentials/:id", s.getCredentials)
+	admin.DELETE("/credentials/:id", s.deleteCredentials)
+	admin.POST("/credentials/:id/rotate", s.limitBody, s.rotateCredentials)
+	return e
+}
+
+func tokens(t string) []string {
+	if t == "" {
+		return nil
+	}
+	return []string{t}
+}
+
+func (s *Server) ready(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	checks := gin.H{"database": "UP"}
+	status := http.StatusOK
+	if err := s.store.Ping(ctx); err != nil {
+		checks["database"], status = "DOWN", http.StatusServiceUnavailable
+	}
+	if s.cfg.QueuePing != nil {
+		checks["queue"] = "UP"
+		if err := s.cfg.QueuePing(ctx); err != nil {
+			checks["queue"], status = "DOWN", http.StatusServiceUnavailable
+		}
+	}
+	checks["status"] = "UP"
+	if status != http.StatusOK {
+		checks["status"] = "DOWN"
+	}
+	c.JSON(status, checks)
+}

@@ -1,0 +1,131 @@
+package api
+
+import (
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// timeLayout is RFC 3339 in UTC with milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func fmtTimePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := fmtTime(*t)
+	return &s
+}
+
+func idOrEmpty(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return dispatch.FormatID(id)
+}
+
+type jobView struct {
+	ID                 string            `json:"id"`
+	ExternalID         string            `json:"externalId,omitempty"`
+	Source             string            `json:"source"`
+	Type               string            `json:"type"`
+	GroupID            string            `json:"groupId,omitempty"`
+	Metadata           map[string]string `json:"metadata"`
+	TargetURL          string            `json:"targetUrl"`
+	Protocol           string            `json:"protocol"`
+	Headers            map[string]string `json:"headers"`
+	Payload            string            `json:"payload"`
+	PayloadContentType string            `json:"payloadContentType"`
+	CredentialsID      string            `json:"credentialsId,omitempty"`
+	Status             dispatch.Status   `json:"status"`
+	MaxRetries         int               `json:"maxRetries"`
+	RetryStrategy      string            `json:"retryStrategy"`
+	ScheduledFor       *string           `json:"scheduledFor,omitempty"`
+	ExpiresAt          *string           `json:"expiresAt,omitempty"`
+	AttemptCount       int               `json:"attemptCount"`
+	LastAttemptAt      *string           `json:"lastAttemptAt,omitempty"`
+	NextAttemptAt      *string           `json:"nextAttemptAt,omitempty"`
+	CompletedAt        *string           `json:"completedAt,omitempty"`
+	DurationMillis     *int64            `json:"durationMillis,omitempty"`
+	LastError          string            `json:"lastError,omitempty"`
+	IdempotencyKey     string            `json:"idempotencyKey,omitempty"`
+	ReplayOf           string            `json:"replayOf,omitempty"`
+	CreatedAt          string            `json:"createdAt"`
+	UpdatedAt          string            `json:"updatedAt"`
+}
+
+func viewJob(j dispatch.Job) jobView {
+	v := jobView{
+		ID: dispatch.FormatID(j.ID), ExternalID: j.ExternalID, Source: j.Source, Type: j.Type,
+		GroupID: j.GroupID, Metadata: j.Metadata, TargetURL: j.TargetURL, Protocol: j.Protocol,
+		Headers: j.Headers, Payload: j.Payload, PayloadContentType: j.PayloadContentType,
+		CredentialsID: idOrEmpty(j.CredentialsID), Status: j.Status, MaxRetries: j.MaxRetries,
+		RetryStrategy: string(j.RetryStrategy), ScheduledFor: fmtTimePtr(j.ScheduledFor),
+		ExpiresAt: fmtTimePtr(j.ExpiresAt), AttemptCount: j.AttemptCount,
+		LastAttemptAt: fmtTimePtr(j.LastAttemptAt), CompletedAt: fmtTimePtr(j.CompletedAt),
+		DurationMillis: j.DurationMillis, LastError: j.LastError, IdempotencyKey: j.IdempotencyKey,
+		ReplayOf: idOrEmpty(j.ReplayOf), CreatedAt: fmtTime(j.CreatedAt), UpdatedAt: fmtTime(j.UpdatedAt),
+	}
+	if j.Status == dispatch.StatusFailed || j.Status == dispatch.StatusPending {
+		v.NextAttemptAt = fmtTimePtr(j.NextAttemptAt)
+	}
+	if v.Metadata == nil {
+		v.Metadata = map[string]string{}
+	}
+	if v.Headers == nil {
+		v.Headers = map[string]string{}
+	}
+	return v
+}
+
+type attemptView struct {
+	ID             string                 `json:"id"`
+	JobID          string                 `json:"jobId"`
+	AttemptNumber  int                    `json:"attemptNumber"`
+	Status         dispatch.AttemptStatus `json:"status"`
+	ResponseCode   *int                   `json:"responseCode,omitempty"`
+	ResponseBody   string                 `json:"responseBody,omitempty"`
+	ErrorMessage   string                 `json:"errorMessage,omitempty"`
+	DurationMillis int64                  `json:"durationMillis"`
+	AttemptedAt    string                 `json:"attemptedAt"`
+	CompletedAt    string                 `json:"completedAt"`
+}
+
+func viewAttempt(a dispatch.Attempt) attemptView {
+	v := attemptView{
+		ID: dispatch.FormatID(a.ID), JobID: dispatch.FormatID(a.JobID), AttemptNumber: a.AttemptNumber,
+		Status: a.Status, ResponseBody: a.ResponseBody, ErrorMessage: a.ErrorMessage,
+		DurationMillis: a.DurationMillis, AttemptedAt: fmtTime(a.AttemptedAt), CompletedAt: fmtTime(a.CompletedAt),
+	}
+	if a.ResponseCode != 0 {
+		code := a.ResponseCode
+		v.ResponseCode = &code
+	}
+	return v
+}
+
+// credentialsView never carries a secret; createdSecret is set only on the
+// response that created or rotated the secret, the one time it is shown.
+type credentialsView struct {
+	ID                      string  `json:"id"`
+	Algorithm               string  `json:"algorithm"`
+	SignatureScheme         string  `json:"signatureScheme"`
+	HasBearerToken          bool    `json:"hasBearerToken"`
+	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"`
+	CreatedAt               string  `json:"createdAt"`
+	UpdatedAt               string  `json:"updatedAt"`
+	SigningSecret           string  `json:"signingSecret,omitempty"`
+}
+
+func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
+	v := credentialsView{
+		ID: dispatch.FormatID(c.ID), Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
+		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
+	}
+	if c.ActivePrevious(now) != "" {
+		v.PreviousSecretExpiresAt = fmtTimePtr(c.PreviousExpiresAt)
+	}
+	return v
+}

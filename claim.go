@@ -1,0 +1,70 @@
+package dispatch
+
+import "time"
+
+// ClaimState says what an attempt to claim a job for delivery found.
+type ClaimState int
+
+// Claim outcomes.
+const (
+	// Claimed: the job is IN_PROGRESS under this caller's claim; deliver it.
+	Claimed ClaimState = iota
+	// ClaimMissing: no such job.
+	ClaimMissing
+	// ClaimTerminal: the job is finished; the pointer is a duplicate.
+	ClaimTerminal
+	// ClaimBusy: another processor holds a live claim; try again at Until.
+	ClaimBusy
+	// ClaimNotDue: the job is scheduled or backing off until Until.
+	ClaimNotDue
+	// ClaimBlocked: an earlier job of the same group is not finished yet.
+	ClaimBlocked
+)
+
+// Claim is the result of claiming a job.
+type Claim struct {
+	State ClaimState
+	Job   Job
+	Until time.Time // for ClaimBusy, ClaimNotDue, ClaimBlocked
+}
+
+// Transition is the state an attempt leads its job to.
+type Transition struct {
+	Status        Status // COMPLETED, FAILED or ERROR
+	LastError     string
+	NextAttemptAt time.Time // for FAILED
+}
+
+// Unsent is a job whose pointer must go onto the queue.
+type Unsent struct {
+	ID      int64
+	GroupID string
+}
+
+// MessageGroupID is the pointer's FIFO group.
+func (u Unsent) MessageGroupID() string {
+	if u.GroupID != "" {
+		return u.GroupID
+	}
+	return FormatID(u.ID)
+}
+
+// JobFilter selects jobs for search and bulk replay. Zero fields match all.
+type JobFilter struct {
+	Statuses      []Status
+	Source        string
+	Type          string
+	GroupID       string
+	CreatedAfter  *time.Time
+	CreatedBefore *time.Time
+	Metadata      map[string]string
+}
+
+// Decision is the processing endpoint's answer for one pointer: Done (the
+// router deletes the message) or retry after RetryAfter.
+type Decision struct {
+	Done       bool
+	RetryAfter time.Duration
+	JobStatus  Status
+	Reason     string
+}

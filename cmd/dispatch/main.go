@@ -1,0 +1,21 @@
+// Command dispatch runs the dispatch webhook delivery service: the API, the
+// message router, both at once, migrations, a local webhook receiver, and a
+// pipeline benchmark. See `dispatch help`.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api"
+	"github.com/dispatchhq/dispatch/config"
+	"github.com/dispatchhq/dispatch/mediator"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `usage: dispatch <command> [flags]
+
+commands:
+  api       HTTP API + processing endpoint + outbox publisher
+  router    message router (long-polls SQS, feeds the pools)
+  all       api and router in one process
+  migrate   apply the database schema and exit
+  rekey     re-encrypt credential secrets under DISPATCH_ENCRYPTION_KEY
+            (the old key in DISPATCH_ENCRYPTION_KEY_PREVIOUS)
+  listen    local webhook receiver that verifies signatures
+  bench     push jobs through the whole pipeline and report throughput
+  version   print the version
+
+Configuration comes from the environment; see README.md.`
+
+// run is the whole program; main only adds signals and the exit code.
+func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
+	getenv := envLookup(environ)
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "dispatch", version)
+		return nil
+	case "help", "--help", "-h":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	case "listen":
+		return runListen(ctx, args, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args, environ, stdout, stderr)
+	case "api", "router", "all", "migrate", "rekey":
+	default:
+		fmt.Fprintln(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("%s takes no arguments (configure it through the environment)", cmd)
+	}
+	cfg, err := config.Load(getenv)
+	if err == nil {
+		err = config.CheckUnknown(environ)
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	if cfg.Insecure {
+		log.Warn("DISPATCH_INSECURE=true: routes without configured tokens are open and secrets may be stored unencrypted; never use this in production")
+	}
+	a := &app{cfg: cfg, log: log, stdout: stdout, reg: prometheus.NewRegistry()}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	switch cmd {
+	case "migrate":
+		return a.migrate(ctx)
+	case "rekey":
+		return a.rekey(ctx)
+	case "api":
+		return a.run(ctx, true, false)
+	case "router":
+		return a.run(ctx, false, true)
+	default:
+		return a.run(ctx, true, true)
+	}
+}
+
+func envLookup(environ []string) func(string) string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+type app struct {
+	cfg    config.Config
+	log    *slog.Logger
+	stdout io.Writer
+	reg    *prometheus.Registry
+}
+
+func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error) {
+	pool, err := store.Connect(ctx, a.cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	sealer, err := store.NewSealer(a.cfg.EncryptionKey, a.cfg.PreviousEncryptionKey)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	st, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, st, nil
+}
+
+// waitForDatabase retries until PostgreSQL answers, so a process started
+// before its database (compose, a reboot) comes up by itself.
+func (a *app) waitForDatabase(ctx context.Context, pool *pgxpool.Pool) error {
+	backoff := 500 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.log.Warn("database not available yet; retrying", "backoff", backoff.String())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (a *app) migrate(ctx context.Context) error {
+	pool, _, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "schema is up to date")
+	return nil
+}
+
+func (a *app) rekey(ctx context.Context) error {
+	if a.cfg.EncryptionKey == nil {
+		return errors.New("rekey needs DISPATCH_ENCRYPTION_KEY (the new key)")
+	}
+	pool, st, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := st.Reseal(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "re-encrypted %d secret values under the current key\n", n)
+	return nil
+}
+
+// run starts the API side, the router side, or both, and stops them in
+// order on cancellation: the router first (its in-flight mediations still
+// need the processing endpoint), then the API.
+func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
+	pool, st, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if withAPI {
+		if err := a.waitForDatabase(ctx, pool); err != nil {
+			return nil
+		}
+		if a.cfg.AutoMigrate {
+			if err := store.Migrate(ctx, pool); err != nil {
+				return err
+			}
+		}
+		if err := st.CheckKey(ctx); err != nil {
+			return err
+		}
+	}
+	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName, Create: a.cfg.QueueCreate})
+	if err != nil {
+		return err
+	}
+	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
+
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAPI()
+	g, gctx := errgroup.WithContext(apiCtx)
+	processURL := a.cfg.ProcessURL
+	if withAPI {
+		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("api listen %s: %w", a.cfg.HTTPAddr, err)
+		}
+		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
+		if withRouter && !a.cfg.ProcessURLSet {
+			processURL = "http://" + loopbackAddr(ln.Addr()) + "/api/dispatch/process"
+		}
+		publisher := router.NewPublisher(q, st, router.PublisherConfig{
+			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
+		})
+		sender := mediator.NewSender(mediator.SenderConfig{
+			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
+			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
+		})
+		processor := mediator.NewProcessor(st, mediator.ProcessorConfig{
+			Sender: sender, Breakers: mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen),
+			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
+			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
+		})
+		server := api.New(st, processor, publisher, api.Config{
+			APITokens: a.cfg.APITokens, AdminToken: a.cfg.AdminToken, InternalToken: a.cfg.InternalToken,
+			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
+			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
+			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
+		}, a.reg)
+		g.Go(func() error { return server.Run(gctx, ln) })
+		g.Go(func() error { return publisher.Run(gctx) })
+	}
+	if withRouter {
+		mediationTimeout := a.cfg.DeliveryTimeout + 30*time.Second
+		pools := make([]router.PoolConfig, len(a.cfg.Pools))
+		for i, p := range a.cfg.Pools {
+			pools[i] = router.PoolConfig{Code: p.Code, Concurrency: p.Concurrency, RatePerMinute: p.RateLimitPerMinute}
+		}
+		rt, err := router.New(q, mediator.NewHTTP(processURL, a.cfg.InternalToken, mediationTimeout), router.Config{
+			Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
+			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
+			Logger: a.log, Registerer: a.reg,
+		})
+		if err != nil {
+			return err
+		}
+		var routerHTTP net.Listener
+		if !withAPI || a.cfg.RouterAddr != a.cfg.HTTPAddr {
+			if routerHTTP, err = net.Listen("tcp", a.cfg.RouterAddr); err != nil {
+				return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
+			}
+			fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
+		}
+		routerDone := make(chan struct{})
+		g.Go(func() error {
+			defer close(routerDone)
+			defer stopAPI() // the API outlives the router, then stops
+			return rt.Run(ctx)
+		})
+		if routerHTTP != nil {
+			srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: 10 * time.Second}
+			g.Go(func() error {
+				go func() {
+					<-routerDone
+					_ = srv.Shutdown(context.Background())
+				}()
+				if err := srv.Serve(routerHTTP); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			})
+		}
+	} else {
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-apiCtx.Done():
+			}
+			stopAPI()
+		}()
+	}
+	err = g.Wait()
+	a.log.Info("stopped")
+	return err
+}
+
+// loopbackAddr turns a wildcard listener address into one to dial.
+func loopbackAddr(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		if ok {
+			return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
+		}
+	}
+	return addr.String()
+}

@@ -1,0 +1,392 @@
+// Package config reads dispatch's configuration from the environment and
+// validates all of it at once, so a bad start names every problem.
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults (SPEC §2).
+const (
+	DefaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable"
+	DefaultHTTPAddr         = ":8080"
+	DefaultRouterAddr       = ":8081"
+	DefaultQueueName        = "dispatch.fifo"
+	DefaultProcessURL       = "http://127.0.0.1:8080/api/dispatch/process"
+	DefaultPools            = "DISPATCH-POOL:20"
+	DefaultRetryBase        = 5 * time.Second
+	DefaultRetryMax         = time.Hour
+	DefaultDeliveryTimeout  = 30 * time.Second
+	DefaultMaxPayload       = 1 << 20
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultRequeueAfter     = 15 * time.Minute
+	DefaultReceiveWait      = 20 * time.Second
+	DefaultRotationGrace    = 24 * time.Hour
+	DefaultBreakerFailures  = 5
+	DefaultBreakerOpen      = 30 * time.Second
+	DefaultLogFormat        = "json"
+	DefaultLogLevel         = "info"
+	DefaultPublishBatchSize = 100
+)
+
+// Pool is one processing pool of the router.
+type Pool struct {
+	Code               string `yaml:"code" json:"code"`
+	Concurrency        int    `yaml:"concurrency" json:"concurrency"`
+	RateLimitPerMinute int    `yaml:"rateLimitPerMinute" json:"rateLimitPerMinute"`
+}
+
+// Config is the whole configuration of a dispatch process.
+type Config struct {
+	DatabaseURL string
+	HTTPAddr    string
+	RouterAddr  string
+	QueueURL    string
+	QueueName   string
+	QueueCreate bool
+	ProcessURL  string
+	// ProcessURLSet is true when DISPATCH_PROCESS_URL was given explicitly.
+	ProcessURLSet bool
+	Pools         []Pool
+	APITokens     []string
+	AdminToken    string
+	InternalToken string
+	Insecure      bool
+	// EncryptionKey is the AES-256 key for secrets at rest (nil when insecure and unset).
+	EncryptionKey []byte
+	// PreviousEncryptionKey lets `dispatch rekey` read secrets sealed under the old key.
+	PreviousEncryptionKey []byte
+	AllowPrivateTargets   bool
+	AllowedTargetCIDRs    []netip.Prefix
+	AllowHTTPTargets      bool
+	RetryBase             time.Duration
+	RetryMax              time.Duration
+	DeliveryTimeout       time.Duration
+	MaxPayload            int64
+	NodeID                int64
+	LogFormat             string
+	LogLevel              string
+	ShutdownTimeout       time.Duration
+	RequeueAfter          time.Duration
+	ReceiveWait           time.Duration
+	RotationGrace         time.Duration
+	BreakerFailures       int
+	BreakerOpen           time.Duration
+	AutoMigrate           bool
+}
+
+// Load reads the configuration through getenv and reports every problem.
+func Load(getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		DatabaseURL:         r.str("DATABASE_URL", DefaultDatabaseURL),
+		HTTPAddr:            r.addr("DISPATCH_HTTP_ADDR", DefaultHTTPAddr),
+		RouterAddr:          r.addr("DISPATCH_ROUTER_ADDR", DefaultRouterAddr),
+		QueueURL:            r.str("DISPATCH_QUEUE_URL", ""),
+		QueueName:           r.str("DISPATCH_QUEUE_NAME", DefaultQueueName),
+		QueueCreate:         r.bool("DISPATCH_QUEUE_CREATE", false),
+		ProcessURL:          r.str("DISPATCH_PROCESS_URL", DefaultProcessURL),
+		APITokens:           r.list("DISPATCH_API_TOKENS"),
+		AdminToken:          r.str("DISPATCH_ADMIN_TOKEN", ""),
+		InternalToken:       r.str("DISPATCH_INTERNAL_TOKEN", ""),
+		Insecure:            r.bool("DISPATCH_INSECURE", false),
+		AllowPrivateTargets: r.bool("DISPATCH_ALLOW_PRIVATE_TARGETS", false),
+		AllowHTTPTargets:    r.bool("DISPATCH_ALLOW_HTTP_TARGETS", false),
+		RetryBase:           r.duration("DISPATCH_RETRY_BASE", DefaultRetryBase),
+		RetryMax:            r.duration("DISPATCH_RETRY_MAX", DefaultRetryMax),
+		DeliveryTimeout:     r.duration("DISPATCH_DELIVERY_TIMEOUT", DefaultDeliveryTimeout),
+		MaxPayload:          int64(r.int("DISPATCH_MAX_PAYLOAD", DefaultMaxPayload, 1024, 64<<20)),
+		LogFormat:           r.oneOf("DISPATCH_LOG_FORMAT", DefaultLogFormat, "json", "text"),
+		LogLevel:            r.oneOf("DISPATCH_LOG_LEVEL", DefaultLogLevel, "debug", "info", "warn", "error"),
+		ShutdownTimeout:     r.duration("DISPATCH_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
+		RequeueAfter:        r.duration("DISPATCH_REQUEUE_AFTER", DefaultRequeueAfter),
+		ReceiveWait:         r.duration("DISPATCH_RECEIVE_WAIT", DefaultReceiveWait),
+		RotationGrace:       r.duration("DISPATCH_ROTATION_GRACE", DefaultRotationGrace),
+		BreakerFailures:     r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
+		BreakerOpen:         r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
+		AutoMigrate:         r.bool("DISPATCH_AUTO_MIGRATE", true),
+	}
+	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
+	c.EncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY")
+	c.PreviousEncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY_PREVIOUS")
+	c.AllowedTargetCIDRs = r.cidrs("DISPATCH_ALLOWED_TARGET_CIDRS")
+	c.NodeID = r.nodeID()
+	c.Pools = r.pools()
+
+	if c.QueueURL == "" && c.QueueName == "" {
+		r.fail("DISPATCH_QUEUE_NAME", "must be set when DISPATCH_QUEUE_URL is empty")
+	}
+	if c.QueueURL == "" && c.QueueName != "" && !strings.HasSuffix(c.QueueName, ".fifo") {
+		r.fail("DISPATCH_QUEUE_NAME", "must name a FIFO queue (ending in .fifo)")
+	}
+	if u, err := url.Parse(c.ProcessURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail("DISPATCH_PROCESS_URL", "must be an absolute http(s) URL")
+	}
+	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
+		r.fail("DISPATCH_RETRY_BASE", "must be positive and not above DISPATCH_RETRY_MAX")
+	}
+	if c.DeliveryTimeout <= 0 || c.DeliveryTimeout > 15*time.Minute {
+		r.fail("DISPATCH_DELIVERY_TIMEOUT", "must be between 1ms and 15m")
+	}
+	if c.ReceiveWait < 0 || c.ReceiveWait > 20*time.Second {
+		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 0s and 20s (the SQS long-poll limit)")
+	}
+	if !c.Insecure {
+		if len(c.APITokens) == 0 {
+			r.fail("DISPATCH_API_TOKENS", "is required unless DISPATCH_INSECURE=true")
+		}
+		if c.AdminToken == "" {
+			r.fail("DISPATCH_ADMIN_TOKEN", "is required unless DISPATCH_INSECURE=true")
+		}
+		if c.InternalToken == "" {
+			r.fail("DISPATCH_INTERNAL_TOKEN", "is required unless DISPATCH_INSECURE=true")
+		}
+		if c.EncryptionKey == nil && getenv("DISPATCH_ENCRYPTION_KEY") == "" {
+			r.fail("DISPATCH_ENCRYPTION_KEY", "is required unless DISPATCH_INSECURE=true (generate one with: openssl rand -base64 32)")
+		}
+	}
+	for _, t := range c.APITokens {
+		if len(t) < 16 {
+			r.fail("DISPATCH_API_TOKENS", "each token must be at least 16 characters")
+			break
+		}
+	}
+	for name, t := range map[string]string{"DISPATCH_ADMIN_TOKEN": c.AdminToken, "DISPATCH_INTERNAL_TOKEN": c.InternalToken} {
+		if t != "" && len(t) < 16 {
+			r.fail(name, "must be at least 16 characters")
+		}
+	}
+	if err := errors.Join(r.errs...); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return c, nil
+}
+
+// PoolByCode returns the pool with that code, if configured.
+func (c Config) PoolByCode(code string) (Pool, bool) {
+	for _, p := range c.Pools {
+		if p.Code == code {
+			return p, true
+		}
+	}
+	return Pool{}, false
+}
+
+type reader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *reader) fail(name, format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("  %s %s", name, fmt.Sprintf(format, args...)))
+}
+
+func (r *reader) str(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) addr(name, def string) string {
+	v := r.str(name, def)
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		r.fail(name, "must be host:port, such as :8080 (got %q)", v)
+	}
+	return v
+}
+
+func (r *reader) bool(name string, def bool) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "must be true or false (got %q)", v)
+	}
+	return b
+}
+
+func (r *reader) int(name string, def, min, max int) int {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		r.fail(name, "must be a whole number from %d to %d (got %q)", min, max, v)
+		return def
+	}
+	return n
+}
+
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, "must be a duration such as 5s or 1h (got %q)", v)
+		return def
+	}
+	return d
+}
+
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := strings.ToLower(r.str(name, def))
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.fail(name, "must be one of %s (got %q)", strings.Join(allowed, ", "), v)
+	return def
+}
+
+func (r *reader) list(name string) []string {
+	var out []string
+	for _, s := range strings.Split(r.getenv(name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (r *reader) key(name string) []byte {
+	v := r.str(name, "")
+	if v == "" {
+		return nil
+	}
+	k, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(k) != 32 {
+		r.fail(name, "must be 32 bytes in standard base64 (openssl rand -base64 32)")
+		return nil
+	}
+	return k
+}
+
+func (r *reader) cidrs(name string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range r.list(name) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			r.fail(name, "must be comma-separated CIDRs (bad %q)", s)
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+func (r *reader) nodeID() int64 {
+	if v := r.str("DISPATCH_NODE_ID", ""); v != "" {
+		return int64(r.int("DISPATCH_NODE_ID", 0, 0, 1023))
+	}
+	host, _ := os.Hostname()
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", host, os.Getpid())
+	return int64(h.Sum32() % 1024)
+}
+
+func (r *reader) pools() []Pool {
+	var pools []Pool
+	if path := r.str("DISPATCH_ROUTER_CONFIG", ""); path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			r.fail("DISPATCH_ROUTER_CONFIG", "cannot be read: %v", err)
+			return nil
+		}
+		var file struct {
+			ProcessingPools []Pool `yaml:"processingPools"`
+		}
+		// YAML is a superset of JSON, so one decoder reads both.
+		if err := yaml.Unmarshal(data, &file); err != nil {
+			r.fail("DISPATCH_ROUTER_CONFIG", "is not valid YAML/JSON: %v", err)
+			return nil
+		}
+		pools = file.ProcessingPools
+	} else {
+		for _, spec := range r.list("DISPATCH_POOLS") {
+			parts := strings.Split(spec, ":")
+			p := Pool{Code: parts[0]}
+			var err error
+			if len(parts) < 2 || len(parts) > 3 {
+				r.fail("DISPATCH_POOLS", "entry %q must be CODE:CONCURRENCY[:RATE_PER_MINUTE]", spec)
+				continue
+			}
+			if p.Concurrency, err = strconv.Atoi(parts[1]); err != nil {
+				p.Concurrency = -1
+			}
+			if len(parts) == 3 {
+				if p.RateLimitPerMinute, err = strconv.Atoi(parts[2]); err != nil {
+					p.RateLimitPerMinute = -1
+				}
+			}
+			pools = append(pools, p)
+		}
+		if len(pools) == 0 && len(r.list("DISPATCH_POOLS")) == 0 {
+			pools = []Pool{{Code: "DISPATCH-POOL", Concurrency: 20}}
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range pools {
+		switch {
+		case p.Code == "":
+			r.fail("DISPATCH_POOLS", "a pool has no code")
+		case seen[p.Code]:
+			r.fail("DISPATCH_POOLS", "pool %s appears twice", p.Code)
+		case p.Concurrency < 1 || p.Concurrency > 1000:
+			r.fail("DISPATCH_POOLS", "pool %s concurrency must be 1 to 1000", p.Code)
+		case p.RateLimitPerMinute < 0:
+			r.fail("DISPATCH_POOLS", "pool %s rate per minute must be a positive number", p.Code)
+		}
+		seen[p.Code] = true
+	}
+	return pools
+}
+
+// known lists every DISPATCH_* variable Load reads.
+var known = map[string]bool{
+	"DISPATCH_HTTP_ADDR": true, "DISPATCH_ROUTER_ADDR": true, "DISPATCH_QUEUE_URL": true,
+	"DISPATCH_QUEUE_NAME": true, "DISPATCH_QUEUE_CREATE": true, "DISPATCH_PROCESS_URL": true,
+	"DISPATCH_POOLS": true, "DISPATCH_ROUTER_CONFIG": true, "DISPATCH_API_TOKENS": true,
+	"DISPATCH_ADMIN_TOKEN": true, "DISPATCH_INTERNAL_TOKEN": true, "DISPATCH_INSECURE": true,
+	"DISPATCH_ENCRYPTION_KEY": true, "DISPATCH_ENCRYPTION_KEY_PREVIOUS": true,
+	"DISPATCH_ALLOW_PRIVATE_TARGETS": true, "DISPATCH_ALLOWED_TARGET_CIDRS": true,
+	"DISPATCH_ALLOW_HTTP_TARGETS": true, "DISPATCH_RETRY_BASE": true, "DISPATCH_RETRY_MAX": true,
+	"DISPATCH_DELIVERY_TIMEOUT": true, "DISPATCH_MAX_PAYLOAD": true, "DISPATCH_NODE_ID": true,
+	"DISPATCH_LOG_FORMAT": true, "DISPATCH_LOG_LEVEL": true, "DISPATCH_SHUTDOWN_TIMEOUT": true,
+	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
+	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
+}
+
+// CheckUnknown reports DISPATCH_* variables that nothing reads: a typo
+// would otherwise silently leave a default in place.
+func CheckUnknown(environ []string) error {
+	var errs []error
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "DISPATCH_") && !known[name] && !strings.HasPrefix(name, "DISPATCH_TEST_") && !strings.HasPrefix(name, "DISPATCH_BENCH_") {
+			errs = append(errs, fmt.Errorf("  %s is not a dispatch setting (a typo?)", name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return nil
+}

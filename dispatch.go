@@ -1,0 +1,166 @@
+// Package dispatch holds the domain of the dispatch webhook delivery service:
+// jobs, attempts, credentials, their states, the message pointer that travels
+// on the queue, and the error type every adapter speaks. The adapters (api,
+// store, router, mediator) import this package and never each other; only
+// cmd/dispatch wires them together.
+package dispatch
+
+import (
+	"strconv"
+	"time"
+)
+
+// Status is a job's place in its state machine.
+type Status string
+
+// Job states. COMPLETED, ERROR, CANCELLED and EXPIRED are terminal.
+const (
+	StatusPending    Status = "PENDING"
+	StatusInProgress Status = "IN_PROGRESS"
+	StatusCompleted  Status = "COMPLETED"
+	StatusFailed     Status = "FAILED"
+	StatusError      Status = "ERROR"
+	StatusCancelled  Status = "CANCELLED"
+	StatusExpired    Status = "EXPIRED"
+)
+
+// Statuses lists every job state.
+var Statuses = []Status{StatusPending, StatusInProgress, StatusCompleted, StatusFailed, StatusError, StatusCancelled, StatusExpired}
+
+// Terminal reports whether nothing may change a job in this state again.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusError, StatusCancelled, StatusExpired:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known state.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// AttemptStatus is the outcome of one delivery attempt.
+type AttemptStatus string
+
+// Attempt outcomes.
+const (
+	AttemptSuccess      AttemptStatus = "SUCCESS"
+	AttemptFailure      AttemptStatus = "FAILURE"
+	AttemptTimeout      AttemptStatus = "TIMEOUT"
+	AttemptNetworkError AttemptStatus = "NETWORK_ERROR"
+	AttemptBlocked      AttemptStatus = "BLOCKED"
+)
+
+// ProtocolHTTPWebhook is the only delivery protocol.
+const ProtocolHTTPWebhook = "HTTP_WEBHOOK"
+
+// Job is a dispatch job: one payload to deliver to one target.
+type Job struct {
+	ID                 int64
+	ExternalID         string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	Source             string
+	Type               string
+	GroupID            string
+	TargetURL          string
+	Protocol           string
+	Headers            map[string]string
+	Payload            string
+	PayloadContentType string
+	CredentialsID      int64 // 0: unsigned
+	Status             Status
+	MaxRetries         int
+	RetryStrategy      RetryStrategy
+	ScheduledFor       *time.Time
+	ExpiresAt          *time.Time
+	AttemptCount       int
+	LastAttemptAt      *time.Time
+	CompletedAt        *time.Time
+	DurationMillis     *int64
+	LastError          string
+	IdempotencyKey     string
+	Metadata           map[string]string
+	ReplayOf           int64 // 0: not a replay
+	QueuedAt           *time.Time
+	NextAttemptAt      *time.Time
+	ClaimedUntil       *time.Time
+}
+
+// MessageGroupID is the FIFO group of the job's pointer: its groupId, or its
+// own id so that unrelated jobs never wait for each other.
+func (j *Job) MessageGroupID() string {
+	if j.GroupID != "" {
+		return j.GroupID
+	}
+	return FormatID(j.ID)
+}
+
+// Attempt is one recorded delivery attempt of a job.
+type Attempt struct {
+	ID             int64
+	JobID          int64
+	AttemptNumber  int
+	AttemptedAt    time.Time
+	CompletedAt    time.Time
+	DurationMillis int64
+	Status         AttemptStatus
+	ResponseCode   int // 0: no response
+	ResponseBody   string
+	ErrorMessage   string
+}
+
+// Credentials sign and authenticate deliveries. Secrets are plain here; the
+// store encrypts them at rest.
+type Credentials struct {
+	ID              int64
+	BearerToken     string
+	SigningSecret   string
+	Algorithm       string
+	SignatureScheme string
+	// PreviousSecret stays valid until PreviousExpiresAt (rotation grace).
+	PreviousSecret    string
+	PreviousExpiresAt *time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// ActivePrevious returns the previous secret while its grace period lasts.
+func (c *Credentials) ActivePrevious(now time.Time) string {
+	if c.PreviousSecret != "" && c.PreviousExpiresAt != nil && now.Before(*c.PreviousExpiresAt) {
+		return c.PreviousSecret
+	}
+	return ""
+}
+
+// AlgorithmHMACSHA256 is the only signing algorithm.
+const AlgorithmHMACSHA256 = "HMAC_SHA256"
+
+// DefaultPool is the processing pool jobs are routed to.
+const DefaultPool = "DISPATCH-POOL"
+
+// Pointer is the small message that travels on the queue in place of a job.
+type Pointer struct {
+	ID              string `json:"id"`
+	PoolCode        string `json:"poolCode"`
+	AuthToken       string `json:"authToken,omitempty"`
+	MediationType   string `json:"mediationType"`
+	MediationTarget string `json:"mediationTarget"`
+	MessageGroupID  string `json:"messageGroupId"`
+}
+
+// FormatID renders an id the way the API shows it.
+func FormatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// ParseID parses an id as the API shows it.
+func ParseID(s string) (int64, bool) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}

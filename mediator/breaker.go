@@ -1,0 +1,84 @@
+package mediator
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/patrickmn/go-cache"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Breakers holds one circuit breaker per target host, so one failing
+// endpoint stops costing attempts and pool slots while others go on.
+// Idle breakers are forgotten after an hour.
+type Breakers struct {
+	failures uint32
+	open     time.Duration
+	mu       sync.Mutex
+	byHost   *cache.Cache
+}
+
+type hostBreaker struct {
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	mu       sync.Mutex
+	openedAt time.Time
+}
+
+// NewBreakers opens a host's breaker after `failures` consecutive retryable
+// failures and keeps it open for `open`. failures = 0 disables breaking.
+func NewBreakers(failures int, open time.Duration) *Breakers {
+	return &Breakers{failures: uint32(failures), open: open, byHost: cache.New(time.Hour, 10*time.Minute)}
+}
+
+func (b *Breakers) get(host string) *hostBreaker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if hb, ok := b.byHost.Get(host); ok {
+		b.byHost.SetDefault(host, hb) // refresh the idle timer
+		return hb.(*hostBreaker)
+	}
+	hb := &hostBreaker{}
+	hb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        host,
+		MaxRequests: 1,
+		Timeout:     b.open,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.failures },
+		OnStateChange: func(_ string, _, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				hb.mu.Lock()
+				hb.openedAt = time.Now()
+				hb.mu.Unlock()
+			}
+		},
+	})
+	b.byHost.SetDefault(host, hb)
+	return hb
+}
+
+// Allow asks whether a request to host may go. If not, it says how long
+// until the breaker lets a trial request through. done must be called with
+// whether the request failed in a way that counts against the host.
+func (b *Breakers) Allow(host string) (done func(failed bool), wait time.Duration, ok bool) {
+	if b == nil || b.failures == 0 {
+		return func(bool) {}, 0, true
+	}
+	hb := b.get(host)
+	report, err := hb.cb.Allow()
+	if err == nil {
+		return func(failed bool) {
+			if failed {
+				report(errors.New("failed"))
+			} else {
+				report(nil)
+			}
+		}, 0, true
+	}
+	hb.mu.Lock()
+	wait = b.open - time.Since(hb.openedAt)
+	hb.mu.Unlock()
+	if wait < time.Second {
+		wait = time.Second // half-open and a trial is already running
+	}
+	return nil, wait, false
+}

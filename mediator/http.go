@@ -1,0 +1,80 @@
+package mediator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// HTTP is the router's mediator: it hands a pointer to the processing
+// endpoint and turns the answer into a typed outcome. It always calls its
+// configured URL, never the pointer's mediationTarget, so a forged message
+// cannot make the router send its internal token elsewhere.
+type HTTP struct {
+	url    string
+	token  string
+	client *http.Client
+}
+
+// NewHTTP returns an HTTP mediator. timeout bounds one mediation and must
+// exceed the delivery timeout plus the bookkeeping after it.
+func NewHTTP(url, token string, timeout time.Duration) *HTTP {
+	return &HTTP{url: url, token: token, client: &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}}
+}
+
+// ProcessResponse is the processing endpoint's JSON answer.
+type ProcessResponse struct {
+	Status            string `json:"status,omitempty"`
+	JobStatus         string `json:"jobStatus,omitempty"`
+	RetryAfterSeconds *int   `json:"retryAfterSeconds,omitempty"`
+	Reason            string `json:"reason,omitempty"`
+}
+
+// Mediate returns nil when the job is done (delete the message), a
+// *dispatch.RetryAfter when the endpoint asks for a retry, and any other
+// error (connection failure, timeout, 5xx) for the router's own backoff.
+func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) error {
+	body, err := json.Marshal(ptr)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("mediate job %s: %w", ptr.ID, err)
+	}
+	defer resp.Body.Close()
+	var pr ProcessResponse
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&pr)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return nil
+	case resp.StatusCode == http.StatusBadRequest && pr.RetryAfterSeconds != nil:
+		return &dispatch.RetryAfter{Delay: time.Duration(*pr.RetryAfterSeconds) * time.Second, Reason: pr.Reason}
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("mediate job %s: %w", ptr.ID, ErrUnauthorized)
+	default:
+		return fmt.Errorf("mediate job %s: processing endpoint answered %d", ptr.ID, resp.StatusCode)
+	}
+}

@@ -1,0 +1,200 @@
+package mediator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// MaxVisibilityDelay is SQS's longest visibility timeout (12 h).
+const MaxVisibilityDelay = 43200 * time.Second
+
+// Store is what the processor needs from the job store.
+type Store interface {
+	ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error)
+	FinishAttempt(ctx context.Context, a dispatch.Attempt, t dispatch.Transition) (bool, error)
+	Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error
+	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
+}
+
+// Processor is the processing endpoint's logic (SPEC §6): claim the job,
+// consult the host's breaker, sign and send, then record the attempt and the
+// job's new state in one transaction before answering.
+type Processor struct {
+	store    Store
+	sender   *Sender
+	breakers *Breakers
+	backoff  dispatch.Backoff
+	timeout  time.Duration
+	log      *slog.Logger
+	metrics  *Metrics
+	now      func() time.Time
+}
+
+// ProcessorConfig configures a Processor.
+type ProcessorConfig struct {
+	Sender          *Sender
+	Breakers        *Breakers
+	Backoff         dispatch.Backoff
+	DeliveryTimeout time.Duration
+	Logger          *slog.Logger
+	Metrics         *Metrics
+}
+
+// NewProcessor returns a Processor.
+func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
+	return &Processor{
+		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
+		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
+		metrics: cfg.Metrics, now: time.Now,
+	}
+}
+
+// lease is how long a claim lives: long enough for the delivery and the
+// bookkeeping after it, short enough that a dead holder is replaced soon.
+func (p *Processor) lease() time.Duration { return 2*p.timeout + 15*time.Second }
+
+// Process handles one pointer. An error means the outcome could not be
+// decided or recorded (the database is down); the router retries it.
+func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch.Decision, error) {
+	id, ok := dispatch.ParseID(ptr.ID)
+	if !ok {
+		p.log.Warn("pointer with a malformed job id dropped", "pointer_id", ptr.ID)
+		return dispatch.Decision{Done: true, Reason: "malformed job id"}, nil
+	}
+	// The delivery must finish and be recorded even if the router hangs up.
+	ctx = context.WithoutCancel(ctx)
+	log := p.log.With("job_id", id)
+	now := p.now().UTC()
+	c, err := p.store.ClaimJob(ctx, id, now, p.lease())
+	if err != nil {
+		return dispatch.Decision{}, err
+	}
+	switch c.State {
+	case dispatch.ClaimMissing:
+		log.Warn("pointer for an unknown job dropped")
+		return dispatch.Decision{Done: true, Reason: "unknown job"}, nil
+	case dispatch.ClaimTerminal:
+		return dispatch.Decision{Done: true, JobStatus: c.Job.Status, Reason: "job is " + string(c.Job.Status)}, nil
+	case dispatch.ClaimBusy:
+		return retryAt(c.Until, now, "another processor is delivering this job"), nil
+	case dispatch.ClaimNotDue:
+		return retryAt(c.Until, now, "job is not due yet"), nil
+	case dispatch.ClaimBlocked:
+		return retryAt(c.Until, now, "an earlier job of its group is unfinished"), nil
+	}
+	return p.deliver(ctx, log, c.Job)
+}
+
+func retryAt(until, now time.Time, reason string) dispatch.Decision {
+	return dispatch.Decision{RetryAfter: clampDelay(until.Sub(now)), Reason: reason}
+}
+
+func clampDelay(d time.Duration) time.Duration {
+	return min(max(d, 0), MaxVisibilityDelay)
+}
+
+func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
+	log = log.With("attempt", j.AttemptCount)
+	var creds *dispatch.Credentials
+	if j.CredentialsID != 0 {
+		c, err := p.store.GetCredentials(ctx, j.CredentialsID)
+		switch {
+		case dispatch.ErrorCode(err) == dispatch.ENotFound:
+			now := p.now().UTC()
+			return p.record(ctx, log, j, Delivery{
+				Status: dispatch.AttemptFailure, StartedAt: now, CompletedAt: now,
+				Err: fmt.Sprintf("credentials %d no longer exist (deleted?); the job cannot be signed", j.CredentialsID),
+			})
+		case err != nil:
+			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "credentials unavailable")
+			return dispatch.Decision{}, fmt.Errorf("credentials %d: %w", j.CredentialsID, err)
+		}
+		creds = &c
+	}
+	host := ""
+	if u, err := url.Parse(j.TargetURL); err == nil {
+		host = u.Host
+	}
+	done, wait, ok := p.breakers.Allow(host)
+	if !ok {
+		next := p.now().Add(wait)
+		p.unclaim(ctx, log, j, next, fmt.Sprintf("circuit breaker open for %s; not attempted", host))
+		p.metrics.breakerRejected.Inc()
+		return dispatch.Decision{RetryAfter: clampDelay(wait), Reason: "circuit breaker open for " + host}, nil
+	}
+	d := p.sender.Send(ctx, &j, creds)
+	done(d.Retryable)
+	return p.record(ctx, log, j, d)
+}
+
+func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, next time.Time, reason string) {
+	if err := p.store.Unclaim(ctx, j, next, reason); err != nil {
+		log.Error("cannot give back the claim; it expires by itself", "err", err)
+	}
+}
+
+// record writes the attempt and the job's transition, retrying briefly if
+// the database blips, then answers.
+func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job, d Delivery) (dispatch.Decision, error) {
+	a := dispatch.Attempt{
+		JobID: j.ID, AttemptNumber: j.AttemptCount, AttemptedAt: d.StartedAt, CompletedAt: d.CompletedAt,
+		Status: d.Status, ResponseCode: d.Code, ResponseBody: d.Body, ErrorMessage: d.Err,
+	}
+	t := dispatch.Transition{Status: dispatch.StatusCompleted}
+	var res dispatch.Decision
+	switch {
+	case d.Status == dispatch.AttemptSuccess:
+		res = dispatch.Decision{Done: true}
+	case d.Retryable && j.AttemptCount < j.MaxRetries:
+		delay := p.backoff.Delay(j.RetryStrategy, j.AttemptCount)
+		if d.RetryAfter > delay {
+			delay = min(d.RetryAfter, p.backoff.Max)
+		}
+		t = dispatch.Transition{Status: dispatch.StatusFailed, LastError: d.Err, NextAttemptAt: d.CompletedAt.Add(delay)}
+		res = dispatch.Decision{RetryAfter: clampDelay(delay), Reason: d.Err}
+	case d.Retryable:
+		t = dispatch.Transition{Status: dispatch.StatusError,
+			LastError: fmt.Sprintf("retries exhausted after %d attempts; last: %s", j.AttemptCount, d.Err)}
+		res = dispatch.Decision{Done: true}
+	default:
+		t = dispatch.Transition{Status: dispatch.StatusError, LastError: d.Err}
+		res = dispatch.Decision{Done: true}
+	}
+	res.JobStatus = t.Status
+	if t.NextAttemptAt.IsZero() {
+		t.NextAttemptAt = d.CompletedAt
+	}
+	var err error
+	for try := range 5 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var applied bool
+		applied, err = p.store.FinishAttempt(wctx, a, t)
+		cancel()
+		if err == nil {
+			if !applied {
+				log.Warn("attempt recorded, but the claim was taken over meanwhile; job state left to the new holder")
+			}
+			break
+		}
+		log.Warn("cannot record attempt yet", "err", err, "try", try+1)
+		time.Sleep(time.Duration(math.Pow(2, float64(try))) * 200 * time.Millisecond)
+	}
+	if err != nil {
+		return dispatch.Decision{}, fmt.Errorf("record attempt: %w", err)
+	}
+	p.metrics.observe(d)
+	log.Info("delivery attempt", "status", d.Status, "code", d.Code, "job_status", t.Status,
+		"duration_ms", d.CompletedAt.Sub(d.StartedAt).Milliseconds())
+	return res, nil
+}
+
+// ErrUnauthorized is returned by the HTTP mediator when the processing
+// endpoint refuses the internal token.
+var ErrUnauthorized = errors.New("processing endpoint refused the internal token")

@@ -1,0 +1,201 @@
+package mediator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/webhook"
+)
+
+// maxResponseBody is how much of a response is kept on the attempt.
+const maxResponseBody = 4 << 10
+
+// Delivery is the outcome of one webhook request.
+type Delivery struct {
+	Status      dispatch.AttemptStatus
+	Code        int
+	Body        string
+	Err         string
+	Retryable   bool
+	RetryAfter  time.Duration // from a Retry-After header on 429/503
+	StartedAt   time.Time
+	CompletedAt time.Time
+}
+
+// Sender signs and POSTs webhooks.
+type Sender struct {
+	client    *http.Client
+	userAgent string
+	now       func() time.Time
+}
+
+// SenderConfig configures a Sender.
+type SenderConfig struct {
+	Timeout   time.Duration
+	Guard     Guard
+	UserAgent string
+}
+
+// NewSender returns a Sender whose connections pass the SSRF guard and
+// which never follows redirects.
+func NewSender(cfg SenderConfig) *Sender {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		Proxy:                 nil, // a proxy would dial for us and bypass the guard
+		DialContext:           cfg.Guard.DialContext(dialer),
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &Sender{
+		client: &http.Client{
+			Transport: transport,
+			Timeout:   cfg.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+		userAgent: cfg.UserAgent,
+		now:       time.Now,
+	}
+}
+
+// Send delivers attempt n of job j, signed with creds (nil: unsigned).
+func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Credentials) Delivery {
+	d := Delivery{StartedAt: s.now().UTC()}
+	finish := func() Delivery {
+		d.CompletedAt = s.now().UTC()
+		return d
+	}
+	payload := []byte(j.Payload)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.TargetURL, bytes.NewReader(payload))
+	if err != nil {
+		d.Status, d.Err = dispatch.AttemptFailure, "invalid target URL"
+		return finish()
+	}
+	for k, v := range j.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", j.PayloadContentType)
+	req.Header.Set("User-Agent", s.userAgent)
+	req.Header.Set("X-Dispatch-Job-Id", dispatch.FormatID(j.ID))
+	req.Header.Set("X-Dispatch-Attempt", strconv.Itoa(j.AttemptCount))
+	if creds != nil {
+		if creds.BearerToken != "" {
+			req.Header.Set("Authorization", "Bearer "+creds.BearerToken)
+		}
+		err := webhook.Sign(req.Header, webhook.Signing{
+			Scheme:    webhook.Scheme(creds.SignatureScheme),
+			ID:        dispatch.FormatID(j.ID),
+			Secret:    creds.SigningSecret,
+			Previous:  creds.ActivePrevious(d.StartedAt),
+			Timestamp: d.StartedAt,
+		}, payload)
+		if err != nil {
+			d.Status, d.Err = dispatch.AttemptFailure, "cannot sign: "+err.Error()
+			return finish()
+		}
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		d.Status, d.Err, d.Retryable = classifyError(err)
+		return finish()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+	d.Code, d.Body = resp.StatusCode, cleanText(body)
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		d.Status = dispatch.AttemptSuccess
+		return finish()
+	case c >= 300 && c < 400:
+		d.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %.200s)", c, resp.Header.Get("Location"))
+	case c == 408 || c == 425 || c == 429 || c >= 500:
+		d.Err, d.Retryable = fmt.Sprintf("HTTP %d", c), true
+		if c == 429 || c == 503 {
+			d.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), d.StartedAt)
+		}
+	default:
+		d.Err = fmt.Sprintf("HTTP %d: not retryable", c)
+	}
+	d.Status = dispatch.AttemptFailure
+	return finish()
+}
+
+func classifyError(err error) (dispatch.AttemptStatus, string, bool) {
+	if errors.Is(err, ErrBlockedTarget) {
+		var sb strings.Builder
+		sb.WriteString("blocked: ")
+		if _, after, ok := strings.Cut(err.Error(), ErrBlockedTarget.Error()+": "); ok {
+			sb.WriteString(after)
+		} else {
+			sb.WriteString(ErrBlockedTarget.Error())
+		}
+		sb.WriteString(" (set DISPATCH_ALLOW_PRIVATE_TARGETS or DISPATCH_ALLOWED_TARGET_CIDRS to allow it)")
+		return dispatch.AttemptBlocked, sb.String(), false
+	}
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		return dispatch.AttemptTimeout, "timeout: no response within the delivery timeout", true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dispatch.AttemptNetworkError, "DNS: " + dnsErr.Err + " for " + dnsErr.Name, true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return dispatch.AttemptNetworkError, "network: " + opErr.Op + ": " + errText(opErr.Err), true
+	}
+	return dispatch.AttemptNetworkError, "network: " + errText(err), true
+}
+
+// errText strips the URL that url.Error puts in front, so a target's query
+// string (which may hold tokens) is not copied into lastError.
+func errText(err error) string {
+	var ue interface{ Unwrap() error }
+	for errors.As(err, &ue) && ue.Unwrap() != nil {
+		if _, ok := err.(interface{ Timeout() bool }); ok {
+			break
+		}
+		err = ue.Unwrap()
+	}
+	return err.Error()
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// cleanText makes a response body safe for a TEXT column: valid UTF-8, no NUL.
+func cleanText(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	for len(s) > maxResponseBody && !utf8.RuneStart(s[maxResponseBody]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,69 @@
+package router
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// deleter batches deletes: a finished message waits at most a few
+// milliseconds for nine others to share its DeleteMessageBatch call.
+type deleter struct {
+	q    *Queue
+	log  *slog.Logger
+	mu   sync.Mutex
+	pend []string
+	kick chan struct{}
+}
+
+func newDeleter(q *Queue, log *slog.Logger) *deleter {
+	return &deleter{q: q, log: log, kick: make(chan struct{}, 1)}
+}
+
+func (d *deleter) add(receipt string) {
+	d.mu.Lock()
+	d.pend = append(d.pend, receipt)
+	full := len(d.pend) >= 10
+	d.mu.Unlock()
+	if full {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *deleter) run(ctx context.Context) {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.kick:
+		}
+		d.flush(ctx)
+	}
+}
+
+// flush deletes everything pending. A failed delete only means the
+// message comes back and its job, already terminal, is acknowledged again.
+func (d *deleter) flush(ctx context.Context) {
+	d.mu.Lock()
+	pend := d.pend
+	d.pend = nil
+	d.mu.Unlock()
+	if len(pend) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+	}
+	if err := chunks(pend, func(c []string) error { return d.q.DeleteBatch(ctx, c) }); err != nil {
+		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
+	}
+}

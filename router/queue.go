@@ -1,0 +1,264 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// QueueConfig names the queue.
+type QueueConfig struct {
+	URL    string // used as is when set
+	Name   string // looked up (and created when Create) when URL is empty
+	Create bool
+	// Endpoint overrides the SDK's endpoint chain (tests); normally the
+	// SDK reads AWS_ENDPOINT_URL_SQS itself.
+	Endpoint string
+}
+
+// Queue is an SQS FIFO queue. Its URL is resolved on first use and again
+// after the queue is found missing, so a process started while SQS is down,
+// or outliving a queue that was re-created, recovers by itself.
+type Queue struct {
+	api *sqs.Client
+	cfg QueueConfig
+	mu  sync.Mutex
+	url string
+}
+
+// OpenQueue loads the AWS configuration through the SDK's standard chain.
+// It does not contact SQS; the first call that needs the queue does.
+func OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error) {
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: aws config: %w", err)
+	}
+	api := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		if o.Region == "" {
+			o.Region = "us-east-1"
+		}
+	})
+	return &Queue{api: api, cfg: cfg, url: cfg.URL}, nil
+}
+
+// URL returns the queue URL, looking it up (and creating the queue when
+// configured to) if it is not known yet.
+func (q *Queue) URL(ctx context.Context) (string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.url != "" {
+		return q.url, nil
+	}
+	out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(q.cfg.Name)})
+	if err == nil {
+		q.url = aws.ToString(out.QueueUrl)
+		return q.url, nil
+	}
+	var missing *types.QueueDoesNotExist
+	if !errors.As(err, &missing) || !q.cfg.Create {
+		return "", fmt.Errorf("queue: look up %s: %w", q.cfg.Name, err)
+	}
+	created, err := q.api.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(q.cfg.Name),
+		Attributes: map[string]string{
+			"FifoQueue":                 "true",
+			"ContentBasedDeduplication": "false",
+			"VisibilityTimeout":         "60",
+		},
+	})
+	if err != nil {
+		return "", fmt.Errorf("queue: create %s: %w", q.cfg.Name, err)
+	}
+	q.url = aws.ToString(created.QueueUrl)
+	return q.url, nil
+}
+
+// checkMissing forgets a looked-up URL when SQS says the queue is gone.
+func (q *Queue) checkMissing(err error) error {
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) && q.cfg.URL == "" {
+		q.mu.Lock()
+		q.url = ""
+		q.mu.Unlock()
+	}
+	return err
+}
+
+// VisibilityTimeout reads the queue's default visibility timeout.
+func (q *Queue) VisibilityTimeout(ctx context.Context) (time.Duration, error) {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return 0, err
+	}
+	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: attributes: %w", q.checkMissing(err))
+	}
+	n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+	if err != nil {
+		return 0, fmt.Errorf("queue: visibility timeout %q: %w", out.Attributes["VisibilityTimeout"], err)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// Ping checks that the queue answers.
+func (q *Queue) Ping(ctx context.Context) error {
+	_, err := q.VisibilityTimeout(ctx)
+	return err
+}
+
+// Entry is one message to send.
+type Entry struct {
+	Body            string
+	GroupID         string
+	DeduplicationID string
+}
+
+// SendBatch sends up to 10 messages; it returns the indexes that succeeded.
+func (q *Queue) SendBatch(ctx context.Context, entries []Entry) ([]int, error) {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url)}
+	for i, e := range entries {
+		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+			Id:                     aws.String(strconv.Itoa(i)),
+			MessageBody:            aws.String(e.Body),
+			MessageGroupId:         aws.String(e.GroupID),
+			MessageDeduplicationId: aws.String(e.DeduplicationID),
+		})
+	}
+	out, err := q.api.SendMessageBatch(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("queue: send batch: %w", q.checkMissing(err))
+	}
+	ok := make([]int, 0, len(out.Successful))
+	for _, s := range out.Successful {
+		i, _ := strconv.Atoi(aws.ToString(s.Id))
+		ok = append(ok, i)
+	}
+	if len(out.Failed) > 0 {
+		f := out.Failed[0]
+		return ok, fmt.Errorf("queue: %d of %d messages not sent: %s %s", len(out.Failed), len(entries),
+			aws.ToString(f.Code), aws.ToString(f.Message))
+	}
+	return ok, nil
+}
+
+// Message is one received message.
+type Message struct {
+	ID           string // SQS MessageId: stable across redeliveries
+	Receipt      string // latest receipt handle
+	Body         string
+	GroupID      string
+	ReceiveCount int
+}
+
+// Receive long-polls for up to max (≤10) messages.
+func (q *Queue) Receive(ctx context.Context, max int, wait time.Duration, visibility time.Duration) ([]Message, error) {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:            aws.String(url),
+		MaxNumberOfMessages: int32(max),
+		WaitTimeSeconds:     int32(wait / time.Second),
+		VisibilityTimeout:   int32(visibility / time.Second),
+		// The emulator returns system attributes only through this deprecated field.
+		AttributeNames: []types.QueueAttributeName{"MessageGroupId", "ApproximateReceiveCount"}, //nolint:staticcheck
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameMessageGroupId,
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: receive: %w", q.checkMissing(err))
+	}
+	msgs := make([]Message, 0, len(out.Messages))
+	for _, m := range out.Messages {
+		rc, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+		msgs = append(msgs, Message{
+			ID: aws.ToString(m.MessageId), Receipt: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body),
+			GroupID: m.Attributes["MessageGroupId"], ReceiveCount: rc,
+		})
+	}
+	return msgs, nil
+}
+
+// DeleteBatch deletes up to 10 messages by receipt handle.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []string) error {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return err
+	}
+	in := &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url)}
+	for i, r := range receipts {
+		in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r)})
+	}
+	out, err := q.api.DeleteMessageBatch(ctx, in)
+	if err != nil {
+		return fmt.Errorf("queue: delete batch: %w", err)
+	}
+	if len(out.Failed) > 0 {
+		return fmt.Errorf("queue: %d deletes failed: %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
+	}
+	return nil
+}
+
+// Visibility is a visibility change for one message.
+type Visibility struct {
+	Receipt string
+	Timeout time.Duration
+}
+
+// ChangeVisibilityBatch changes up to 10 messages' visibility timeouts.
+func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility) error {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return err
+	}
+	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url)}
+	for i, c := range changes {
+		in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(c.Receipt),
+			VisibilityTimeout: int32(c.Timeout / time.Second),
+		})
+	}
+	out, err := q.api.ChangeMessageVisibilityBatch(ctx, in)
+	if err != nil {
+		return fmt.Errorf("queue: change visibility: %w", err)
+	}
+	if len(out.Failed) > 0 {
+		return fmt.Errorf("queue: %d visibility changes failed: %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
+	}
+	return nil
+}
+
+// chunks calls fn on successive slices of at most 10 items (SQS batch size).
+func chunks[T any](items []T, fn func([]T) error) error {
+	var errs []error
+	for len(items) > 0 {
+		n := min(10, len(items))
+		if err := fn(items[:n]); err != nil {
+			errs = append(errs, err)
+		}
+		items = items[n:]
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,519 @@
+// Package router is dispatch's message router: it long-polls an SQS FIFO
+// queue for message pointers and feeds them into bounded processing pools,
+// whose workers hand each pointer to a Mediator. Messages of one group are
+// mediated one at a time in queue order; other groups run in parallel. The
+// package also holds the outbox publisher that puts pointers on the queue.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// Mediator hands one pointer to whatever processes it. nil means done;
+// a *dispatch.RetryAfter asks for the message back after its delay; any
+// other error is retried with the router's backoff.
+type Mediator interface {
+	Mediate(ctx context.Context, ptr dispatch.Pointer) error
+}
+
+// PoolConfig is one processing pool.
+type PoolConfig struct {
+	Code          string
+	Concurrency   int
+	RatePerMinute int // 0: unlimited
+}
+
+// Config configures a Router.
+type Config struct {
+	Pools []PoolConfig
+	// DefaultPool receives pointers with unknown pool codes.
+	DefaultPool string
+	// ReceiveWait is the long-poll wait (≤ 20 s).
+	ReceiveWait time.Duration
+	// MediationTimeout bounds one mediation; the queue's visibility timeout
+	// should exceed it (the heartbeat covers it when it does not).
+	MediationTimeout time.Duration
+	// ShutdownTimeout is how long in-flight mediations may finish on stop.
+	ShutdownTimeout time.Duration
+	// Buffer is how many received messages may wait beyond the free slots.
+	Buffer int
+	Logger *slog.Logger
+	// Registerer receives the router's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Router moves messages from a queue into pools.
+type Router struct {
+	q        *Queue
+	med      Mediator
+	cfg      Config
+	log      *slog.Logger
+	pools    map[string]*Pool
+	order    []*Pool
+	def      *Pool
+	deleter  *deleter
+	vis      time.Duration // the queue's visibility timeout
+	maxHeld  int
+	metrics  *metrics
+	lastRecv atomic.Int64 // unix nanos of the last successful receive
+
+	mu       sync.Mutex
+	held     map[string]*message // by SQS MessageId: buffered and in flight
+	stopping bool
+	space    chan struct{} // signalled when held shrinks
+}
+
+type message struct {
+	Message
+	ptr   dispatch.Pointer
+	group string
+	pool  *Pool
+}
+
+// New returns a Router over q.
+func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
+	if len(cfg.Pools) == 0 {
+		return nil, errors.New("router: no pools configured")
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 10
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	r := &Router{
+		q: q, med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
+		pools: map[string]*Pool{}, held: map[string]*message{}, space: make(chan struct{}, 1),
+	}
+	for _, pc := range cfg.Pools {
+		p := newPool(pc, &r.mu)
+		r.pools[pc.Code] = p
+		r.order = append(r.order, p)
+		r.maxHeld += pc.Concurrency
+	}
+	r.maxHeld += cfg.Buffer
+	r.def = r.pools[cfg.DefaultPool]
+	if r.def == nil {
+		r.def = r.order[0]
+	}
+	r.deleter = newDeleter(q, r.log)
+	r.metrics = newMetrics(cfg.Registerer, r)
+	return r, nil
+}
+
+// Run receives and mediates until ctx is cancelled, then stops in two
+// phases: it stops receiving and releases every message not started
+// (visibility 0), lets in-flight mediations finish for up to
+// ShutdownTimeout, then cancels them and releases their messages.
+func (r *Router) Run(ctx context.Context) error {
+	vis, err := r.visibilityTimeout(ctx)
+	if err != nil {
+		return nil // cancelled before the queue ever answered
+	}
+	r.vis = vis
+	if vis < r.cfg.MediationTimeout {
+		r.log.Warn("queue visibility timeout is shorter than the mediation timeout; the heartbeat extends in-flight messages, but raise the queue's VisibilityTimeout",
+			"visibility_timeout", vis.String(), "mediation_timeout", r.cfg.MediationTimeout.String())
+	}
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var workers, helpers sync.WaitGroup
+	for _, p := range r.order {
+		for range p.concurrency {
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				r.work(workCtx, p)
+			}()
+		}
+	}
+	helperCtx, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
+	helpers.Add(2)
+	go func() { defer helpers.Done(); r.deleter.run(helperCtx) }()
+	go func() { defer helpers.Done(); r.heartbeat(helperCtx) }()
+
+	r.log.Info("router started", "pools", len(r.order), "visibility_timeout", vis.String())
+	r.receive(ctx)
+
+	// Phase 1: no more receiving; give back what has not started.
+	r.mu.Lock()
+	r.stopping = true
+	var unstarted []*message
+	for _, p := range r.order {
+		unstarted = append(unstarted, p.drain()...)
+		p.cond.Broadcast()
+	}
+	for _, m := range unstarted {
+		delete(r.held, m.ID)
+	}
+	r.mu.Unlock()
+	r.release(unstarted, 0)
+
+	// Phase 2: let in-flight work finish until the deadline, then cancel it.
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.cfg.ShutdownTimeout):
+		r.log.Warn("shutdown deadline reached; cancelling in-flight mediations")
+		cancelWork()
+		<-done
+	}
+	stopHelpers()
+	helpers.Wait()
+	r.deleter.flush(context.Background())
+	r.log.Info("router stopped", "released_unstarted", len(unstarted))
+	return nil
+}
+
+// visibilityTimeout waits for the queue to answer, retrying with backoff.
+func (r *Router) visibilityTimeout(ctx context.Context) (time.Duration, error) {
+	backoff := 500 * time.Millisecond
+	for {
+		vis, err := r.q.VisibilityTimeout(ctx)
+		if err == nil {
+			return vis, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		r.log.Warn("queue not available yet; retrying", "err", err, "backoff", backoff.String())
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// Ready reports whether the queue answered recently.
+func (r *Router) Ready() bool {
+	last := r.lastRecv.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < r.cfg.ReceiveWait+30*time.Second
+}
+
+func (r *Router) receive(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		room := r.maxHeld - len(r.held)
+		r.mu.Unlock()
+		if room <= 0 {
+			select {
+			case <-r.space:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		msgs, err := r.q.Receive(ctx, min(10, room), r.cfg.ReceiveWait, 0)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("receive failed; retrying", "err", err, "backoff", backoff.String())
+			sleepCtx(ctx, backoff)
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		r.lastRecv.Store(time.Now().UnixNano())
+		for _, m := range msgs {
+			r.accept(m)
+		}
+	}
+}
+
+// accept routes a received message into its pool, unless it is a
+// redelivered copy of a message already held (then only its receipt handle
+// is refreshed) or cannot be parsed (then it is dropped).
+func (r *Router) accept(qm Message) {
+	r.metrics.received.Inc()
+	var ptr dispatch.Pointer
+	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
+		r.log.Error("unparseable message dropped", "message_id", qm.ID)
+		r.deleter.add(qm.Receipt)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h, ok := r.held[qm.ID]; ok {
+		h.Receipt = qm.Receipt
+		r.metrics.duplicates.Inc()
+		return
+	}
+	p := r.pools[ptr.PoolCode]
+	if p == nil {
+		r.log.Warn("unknown pool code; using the default pool", "pool", ptr.PoolCode, "job_id", ptr.ID)
+		p = r.def
+	}
+	group := ptr.MessageGroupID
+	if group == "" {
+		group = qm.GroupID
+	}
+	if group == "" {
+		group = ptr.ID
+	}
+	m := &message{Message: qm, ptr: ptr, group: group, pool: p}
+	r.held[qm.ID] = m
+	p.add(m)
+}
+
+func (r *Router) work(ctx context.Context, p *Pool) {
+	for {
+		r.mu.Lock()
+		m := p.next(&r.stopping)
+		r.mu.Unlock()
+		if m == nil {
+			return
+		}
+		if p.limiter != nil && !p.limiter.Allow() {
+			p.rateLimited.Add(1)
+			_ = p.limiter.Wait(ctx)
+		}
+		start := time.Now()
+		err := r.med.Mediate(ctx, m.ptr)
+		p.observe(time.Since(start), err)
+		var delay time.Duration
+		var ra *dispatch.RetryAfter
+		switch {
+		case err == nil:
+		case errors.As(err, &ra):
+			delay = ra.Delay
+		case ctx.Err() != nil:
+			delay = 0 // cancelled by shutdown: give it back at once
+		default:
+			delay = routerBackoff(m.ReceiveCount)
+			r.log.Warn("mediation failed; retrying", "job_id", m.ptr.ID, "pool", p.code, "err", err, "delay", delay.String())
+		}
+		r.mu.Lock()
+		var released []*message
+		if err != nil {
+			// Later messages of the group must not overtake this one.
+			released = p.releaseGroup(m.group)
+			for _, x := range released {
+				delete(r.held, x.ID)
+			}
+		}
+		p.finish(m)
+		delete(r.held, m.ID)
+		receipt := m.Receipt
+		r.mu.Unlock()
+		r.signalSpace()
+		if err == nil {
+			r.deleter.add(receipt)
+			continue
+		}
+		r.release(append([]*message{m}, released...), delay)
+	}
+}
+
+// routerBackoff is the delay after a mediation failed without an answer.
+func routerBackoff(receiveCount int) time.Duration {
+	n := min(max(receiveCount, 1), 7)
+	return min(time.Duration(1<<(n-1))*time.Second, time.Minute)
+}
+
+// release changes the messages' visibility to delay (SQS caps it at 12 h).
+func (r *Router) release(msgs []*message, delay time.Duration) {
+	if len(msgs) == 0 {
+		return
+	}
+	delay = min(max(delay, 0), 43200*time.Second)
+	changes := make([]Visibility, len(msgs))
+	r.mu.Lock()
+	for i, m := range msgs {
+		changes[i] = Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)}
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil {
+		r.log.Warn("cannot change visibility; the messages return when their timeout ends", "err", err)
+	}
+}
+
+func (r *Router) signalSpace() {
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeat keeps every held message invisible while the router has it.
+func (r *Router) heartbeat(ctx context.Context) {
+	period := max(r.vis/3, time.Second)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		changes := make([]Visibility, 0, len(r.held))
+		for _, m := range r.held {
+			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: r.vis})
+		}
+		r.mu.Unlock()
+		if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil && ctx.Err() == nil {
+			r.log.Warn("heartbeat failed", "err", err)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Pool is a bounded processing pool. Its buffered messages are values in
+// per-group FIFO lanes; at most one message per group is in flight.
+type Pool struct {
+	code        string
+	concurrency int
+	limiter     *rate.Limiter
+	cond        *sync.Cond
+
+	lanes    map[string][]*message // buffered, per group, in arrival order
+	active   map[string]bool       // groups with a message in flight
+	ready    []string              // groups with buffered messages and none in flight
+	buffered int
+	inFlight int
+
+	succeeded, failed, retried, rateLimited atomic.Int64
+	mediations, mediationNanos              atomic.Int64
+}
+
+func newPool(pc PoolConfig, mu *sync.Mutex) *Pool {
+	p := &Pool{code: pc.Code, concurrency: pc.Concurrency, cond: sync.NewCond(mu),
+		lanes: map[string][]*message{}, active: map[string]bool{}}
+	if pc.RatePerMinute > 0 {
+		p.limiter = rate.NewLimiter(rate.Limit(float64(pc.RatePerMinute)/60), 1)
+	}
+	return p
+}
+
+// add buffers a message (lock held).
+func (p *Pool) add(m *message) {
+	p.lanes[m.group] = append(p.lanes[m.group], m)
+	p.buffered++
+	if !p.active[m.group] && len(p.lanes[m.group]) == 1 {
+		p.ready = append(p.ready, m.group)
+		p.cond.Signal()
+	}
+}
+
+// next waits for a message whose group is free and marks it in flight; nil
+// once the router is stopping (lock held).
+func (p *Pool) next(stopping *bool) *message {
+	for len(p.ready) == 0 && !*stopping {
+		p.cond.Wait()
+	}
+	if *stopping {
+		return nil
+	}
+	g := p.ready[0]
+	p.ready = p.ready[1:]
+	lane := p.lanes[g]
+	m := lane[0]
+	if len(lane) == 1 {
+		delete(p.lanes, g)
+	} else {
+		p.lanes[g] = lane[1:]
+	}
+	p.active[g] = true
+	p.buffered--
+	p.inFlight++
+	return m
+}
+
+// finish ends m's mediation and frees its group (lock held).
+func (p *Pool) finish(m *message) {
+	p.inFlight--
+	delete(p.active, m.group)
+	if len(p.lanes[m.group]) > 0 {
+		p.ready = append(p.ready, m.group)
+		p.cond.Signal()
+	}
+}
+
+// releaseGroup takes the group's buffered messages out (lock held).
+func (p *Pool) releaseGroup(g string) []*message {
+	lane := p.lanes[g]
+	delete(p.lanes, g)
+	p.buffered -= len(lane)
+	return lane
+}
+
+// drain takes every buffered message out (lock held).
+func (p *Pool) drain() []*message {
+	var out []*message
+	for g, lane := range p.lanes {
+		out = append(out, lane...)
+		delete(p.lanes, g)
+	}
+	p.ready = nil
+	p.buffered = 0
+	return out
+}
+
+func (p *Pool) observe(d time.Duration, err error) {
+	p.mediations.Add(1)
+	p.mediationNanos.Add(int64(d))
+	var ra *dispatch.RetryAfter
+	switch {
+	case err == nil:
+		p.succeeded.Add(1)
+	case errors.As(err, &ra):
+		p.retried.Add(1)
+	default:
+		p.failed.Add(1)
+	}
+}
+
+// PoolStats is a pool's state for /monitoring/pools.
+type PoolStats struct {
+	Code               string  `json:"code"`
+	Concurrency        int     `json:"concurrency"`
+	RatePerMinute      int     `json:"rateLimitPerMinute,omitempty"`
+	InFlight           int     `json:"inFlight"`
+	Buffered           int     `json:"buffered"`
+	Succeeded          int64   `json:"succeeded"`
+	Retried            int64   `json:"retried"`
+	Failed             int64   `json:"failed"`
+	RateLimited        int64   `json:"rateLimited"`
+	AvgMediationMillis float64 `json:"avgMediationMillis"`
+}
+
+// Stats returns every pool's state.
+func (r *Router) Stats() []PoolStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PoolStats, 0, len(r.order))
+	for _, p := range r.order {
+		s := PoolStats{Code: p.code, Concurrency: p.concurrency, InFlight: p.inFlight, Buffered: p.buffered,
+			Succeeded: p.succeeded.Load(), Retried: p.retried.Load(), Failed: p.failed.Load(), RateLimited: p.rateLimited.Load()}
+		if p.limiter != nil {
+			s.RatePerMinute = int(float64(p.limiter.Limit()) * 60)
+		}
+		if n := p.mediations.Load(); n > 0 {
+			s.AvgMediationMillis = float64(p.mediationNanos.Load()) / float64(n) / 1e6
+		}
+		out = append(out, s)
+	}
+	return out
+}

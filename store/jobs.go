@@ -1,0 +1,337 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+const jobColumns = `id, external_id, created_at, updated_at, source, type, group_id, target_url,
+	protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
+	retry_strategy, scheduled_for, expires_at, attempt_count, last_attempt_at, completed_at,
+	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
+	next_attempt_at, claimed_until`
+
+func scanJob(row pgx.Row) (dispatch.Job, error) {
+	var (
+		j                                     dispatch.Job
+		externalID, groupID, lastErr, idemKey *string
+		credID, replayOf                      *int64
+		nextAt                                time.Time
+	)
+	err := row.Scan(&j.ID, &externalID, &j.CreatedAt, &j.UpdatedAt, &j.Source, &j.Type, &groupID,
+		&j.TargetURL, &j.Protocol, &j.Headers, &j.Payload, &j.PayloadContentType, &credID,
+		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
+		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
+		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil)
+	if err != nil {
+		return j, err
+	}
+	j.ExternalID, j.GroupID, j.LastError, j.IdempotencyKey = deref(externalID), deref(groupID), deref(lastErr), deref(idemKey)
+	j.CredentialsID, j.ReplayOf = derefInt(credID), derefInt(replayOf)
+	j.NextAttemptAt = &nextAt
+	return j, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefInt(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullInt(n int64) *int64 {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// CreateJob stores a new PENDING job and returns it with created=true, or,
+// when its idempotency key is already taken, the existing job with
+// created=false and nothing written.
+func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error) {
+	var (
+		out     dispatch.Job
+		created bool
+	)
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, created, err = s.insertJob(ctx, tx, j)
+		return err
+	})
+	return out, created, err
+}
+
+// CreateJobs stores a batch in one transaction: all valid jobs or none.
+func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
+	out := make([]dispatch.Job, len(jobs))
+	created := make([]bool, len(jobs))
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		for i, j := range jobs {
+			var err error
+			if out[i], created[i], err = s.insertJob(ctx, tx, j); err != nil {
+				var de *dispatch.Error
+				if errors.As(err, &de) {
+					de.Message = fmt.Sprintf("jobs[%d]: %s", i, de.Message)
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	return out, created, err
+}
+
+func (s *Store) insertJob(ctx context.Context, tx pgx.Tx, j *dispatch.Job) (dispatch.Job, bool, error) {
+	if j.CredentialsID != 0 {
+		var ok bool
+		if err := tx.QueryRow(ctx, `SELECT true FROM dispatch_credentials WHERE id = $1`, j.CredentialsID).Scan(&ok); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				var p dispatch.Problems
+				p.Add("credentialsId", "credentials %d do not exist", j.CredentialsID)
+				return dispatch.Job{}, false, p.Err()
+			}
+			return dispatch.Job{}, false, fmt.Errorf("store: check credentials: %w", err)
+		}
+	}
+	now := time.Now().UTC()
+	id := s.NewID()
+	next := now
+	if j.ScheduledFor != nil && j.ScheduledFor.After(now) {
+		next = *j.ScheduledFor
+	}
+	headers, metadata := j.Headers, j.Metadata
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	row := tx.QueryRow(ctx, `
+		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
+			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
+			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
+			replay_of, next_attempt_at)
+		VALUES ($1,$2,$3,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,'PENDING',$13,$14,$15,$16,$17,$18,$19,$20)
+		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+jobColumns,
+		id, nullStr(j.ExternalID), now, j.Source, j.Type, nullStr(j.GroupID), j.TargetURL, j.Protocol,
+		headers, j.Payload, j.PayloadContentType, nullInt(j.CredentialsID), j.MaxRetries,
+		string(j.RetryStrategy), j.ScheduledFor, j.ExpiresAt, nullStr(j.IdempotencyKey), metadata,
+		nullInt(j.ReplayOf), next)
+	out, err := scanJob(row)
+	if err == nil {
+		return out, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return out, false, fmt.Errorf("store: insert job: %w", interpret(err))
+	}
+	// The idempotency key is taken: answer with the job that holds it.
+	out, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = $1`, j.IdempotencyKey))
+	if err != nil {
+		return out, false, fmt.Errorf("store: job by idempotency key: %w", err)
+	}
+	return out, false, nil
+}
+
+// GetJob returns a job by id.
+func (s *Store) GetJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, notFound("job", id)
+	}
+	if err != nil {
+		return j, fmt.Errorf("store: get job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+func filterWhere(f dispatch.JobFilter) (string, []any) {
+	var (
+		conds []string
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if len(f.Statuses) > 0 {
+		ss := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			ss[i] = string(st)
+		}
+		add("status = ANY(?)", ss)
+	}
+	if f.Source != "" {
+		add("source = ?", f.Source)
+	}
+	if f.Type != "" {
+		add("type = ?", f.Type)
+	}
+	if f.GroupID != "" {
+		add("group_id = ?", f.GroupID)
+	}
+	if f.CreatedAfter != nil {
+		add("created_at >= ?", *f.CreatedAfter)
+	}
+	if f.CreatedBefore != nil {
+		add("created_at < ?", *f.CreatedBefore)
+	}
+	if len(f.Metadata) > 0 {
+		add("metadata @> ?", f.Metadata)
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// SearchJobs returns one page of matching jobs, newest first, and the total.
+func (s *Store) SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error) {
+	where, args := filterWhere(f)
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("store: count jobs: %w", err)
+	}
+	args = append(args, size, page*size)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job`+where+
+		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
+	}
+	return jobs, total, nil
+}
+
+// ListAttempts returns a job's attempts, oldest first.
+func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attempt, error) {
+	if _, err := s.GetJob(ctx, jobID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, job_id, attempt_number, attempted_at, completed_at, duration_millis, status,
+			COALESCE(response_code, 0), COALESCE(response_body, ''), COALESCE(error_message, '')
+		FROM dispatch_attempt WHERE job_id = $1 ORDER BY attempt_number`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("store: list attempts: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Attempt, error) {
+		var a dispatch.Attempt
+		err := r.Scan(&a.ID, &a.JobID, &a.AttemptNumber, &a.AttemptedAt, &a.CompletedAt,
+			&a.DurationMillis, &a.Status, &a.ResponseCode, &a.ResponseBody, &a.ErrorMessage)
+		return a, err
+	})
+}
+
+// CancelJob moves a PENDING or FAILED job to CANCELLED. A job in progress
+// or already terminal is a conflict.
+func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, `
+		UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
+			last_error = 'cancelled', claimed_until = NULL
+		WHERE id = $1 AND status IN ('PENDING', 'FAILED')
+		RETURNING `+jobColumns, id))
+	if err == nil {
+		return j, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return j, fmt.Errorf("store: cancel job %d: %w", id, err)
+	}
+	cur, err := s.GetJob(ctx, id)
+	if err != nil {
+		return cur, err
+	}
+	return cur, dispatch.Errorf(dispatch.EConflict, "job %d is %s and cannot be cancelled", id, cur.Status)
+}
+
+// ReplayJob creates a new PENDING job from a terminal one (replayOf set).
+func (s *Store) ReplayJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	var out dispatch.Job
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.replay(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, error) {
+	orig, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return orig, notFound("job", id)
+	}
+	if err != nil {
+		return orig, fmt.Errorf("store: replay job %d: %w", id, err)
+	}
+	if !orig.Status.Terminal() {
+		return orig, dispatch.Errorf(dispatch.EConflict, "job %d is %s; only finished jobs can be replayed", id, orig.Status)
+	}
+	n := orig
+	n.ReplayOf, n.IdempotencyKey, n.ScheduledFor = orig.ID, "", nil
+	if n.ExpiresAt != nil && !n.ExpiresAt.After(time.Now()) {
+		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
+	}
+	out, _, err := s.insertJob(ctx, tx, &n)
+	return out, err
+}
+
+// ReplayJobs replays up to limit terminal jobs matching f (dead-letter
+// redrive), oldest first, in one transaction. It returns the new jobs.
+func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
+	where, args := filterWhere(f)
+	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED')"
+	if where == "" {
+		where = " WHERE " + terminal
+	} else {
+		where += " AND " + terminal
+	}
+	var out []dispatch.Job
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id FROM dispatch_job`+where+
+			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			j, err := s.replay(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: bulk replay: %w", err)
+	}
+	return out, nil
+}

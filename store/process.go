@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// ClaimJob atomically takes a job for one delivery attempt: PENDING or
+// FAILED (or IN_PROGRESS under a stale claim) → IN_PROGRESS with
+// attemptCount+1 and a lease until now+lease. On the way it expires jobs past
+// expiresAt, refuses jobs not due yet, and holds a job back while an earlier
+// job of its group is unfinished, so a group is never reordered whatever
+// order the queue hands pointers out in. A stale claim's lost attempt is
+// recorded as TIMEOUT, since its outcome is unknown.
+func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
+	var c dispatch.Claim
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			c.State = dispatch.ClaimMissing
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.Job = j
+		switch {
+		case j.Status.Terminal():
+			c.State = dispatch.ClaimTerminal
+			return nil
+		case j.ExpiresAt != nil && !now.Before(*j.ExpiresAt) && j.Status != dispatch.StatusInProgress:
+			c.State = dispatch.ClaimTerminal
+			c.Job, err = finishJob(ctx, tx, j.ID, dispatch.StatusExpired, now, "expired before delivery")
+			return err
+		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
+			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
+			return nil
+		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
+			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
+			return nil
+		}
+		if j.GroupID != "" {
+			var pred *time.Time
+			err := tx.QueryRow(ctx, `
+				SELECT next_attempt_at FROM dispatch_job
+				WHERE group_id = $1 AND id < $2 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
+				ORDER BY id LIMIT 1`, j.GroupID, j.ID).Scan(&pred)
+			if err == nil {
+				c.State, c.Until = dispatch.ClaimBlocked, now.Add(time.Second)
+				if pred != nil && pred.After(c.Until) {
+					c.Until = *pred
+				}
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		if j.Status == dispatch.StatusInProgress {
+			// The previous holder died mid-attempt: its outcome is unknown.
+			if err := insertAttempt(ctx, tx, s.NewID(), dispatch.Attempt{
+				JobID: j.ID, AttemptNumber: j.AttemptCount, AttemptedAt: derefTime(j.LastAttemptAt, now),
+				CompletedAt: now, Status: dispatch.AttemptTimeout,
+				ErrorMessage: "the processor stopped before recording the outcome (claim expired); the request may have reached the target",
+			}, false); err != nil {
+				return err
+			}
+			if j.AttemptCount >= j.MaxRetries {
+				c.State = dispatch.ClaimTerminal
+				c.Job, err = finishJob(ctx, tx, j.ID, dispatch.StatusError, now,
+					fmt.Sprintf("retries exhausted after %d attempts; the last one's outcome is unknown", j.AttemptCount))
+				return err
+			}
+		}
+		c.Job, err = scanJob(tx.QueryRow(ctx, `
+			UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
+				last_attempt_at = $2, claimed_until = $3, updated_at = $2
+			WHERE id = $1 RETURNING `+jobColumns, j.ID, now, now.Add(lease)))
+		c.State = dispatch.Claimed
+		return err
+	})
+	if err != nil {
+		return c, fmt.Errorf("store: claim job %d: %w", id, err)
+	}
+	return c, nil
+}
+
+func derefTime(t *time.Time, def time.Time) time.Time {
+	if t == nil {
+		return def
+	}
+	return *t
+}
+
+func finishJob(ctx context.Context, tx pgx.Tx, id int64, st dispatch.Status, now time.Time, lastErr string) (dispatch.Job, error) {
+	return scanJob(tx.QueryRow(ctx, `
+		UPDATE dispatch_job SET status = $2, completed_at = $3, updated_at = $3, last_error = $4,
+			claimed_until = NULL
+		WHERE id = $1 RETURNING `+jobColumns, id, string(st), now, lastErr))
+}
+
+func insertAttempt(ctx context.Context, tx pgx.Tx, id int64, a dispatch.Attempt, replace bool) error {
+	conflict := `DO NOTHING`
+	if replace {
+		conflict = `DO UPDATE SET attempted_at = EXCLUDED.attempted_at, completed_at = EXCLUDED.completed_at,
+			duration_millis = EXCLUDED.duration_millis, status = EXCLUDED.status,
+			response_code = EXCLUDED.response_code, response_body = EXCLUDED.response_body,
+			error_message = EXCLUDED.error_message`
+	}
+	var code *int
+	if a.ResponseCode != 0 {
+		code = &a.ResponseCode
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
+			duration_millis, status, response_code, response_body, error_message)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+		ON CONFLICT (job_id, attempt_number) `+conflict,
+		id, a.JobID, a.AttemptNumber, a.AttemptedAt, a.CompletedAt, a.CompletedAt.Sub(a.AttemptedAt).Milliseconds(),
+		string(a.Status), code, nullStr(a.ResponseBody), nullStr(a.ErrorMessage))
+	return err
+}
+
+// FinishAttempt records an attempt and the job's new state in one
+// transaction. The job changes only while this attempt's claim still holds
+// (status IN_PROGRESS, same attempt number); the attempt row is written
+// either way, replacing a stale-claim placeholder, so no attempt is lost.
+// It reports whether the job took the new state.
+func (s *Store) FinishAttempt(ctx context.Context, a dispatch.Attempt, o dispatch.Transition) (bool, error) {
+	var applied bool
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := insertAttempt(ctx, tx, s.NewID(), a, true); err != nil {
+			return err
+		}
+		var completedAt *time.Time
+		if o.Status.Terminal() {
+			completedAt = &a.CompletedAt
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE dispatch_job SET status = $3, last_error = $4, next_attempt_at = $5,
+				completed_at = $6::timestamptz,
+				duration_millis = (extract(epoch FROM ($6::timestamptz - created_at)) * 1000)::bigint,
+				claimed_until = NULL, updated_at = $7
+			WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
+			a.JobID, a.AttemptNumber, string(o.Status), nullStr(o.LastError), o.NextAttemptAt,
+			completedAt, a.CompletedAt)
+		applied = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: finish attempt %d of job %d: %w", a.AttemptNumber, a.JobID, err)
+	}
+	return applied, nil
+}
+
+// Unclaim gives back a claim without spending an attempt (the circuit
+// breaker was open): the job returns to FAILED (PENDING if it never had an
+// attempt) and is due again at next.
+func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_job SET attempt_count = attempt_count - 1,
+			status = CASE WHEN attempt_count - 1 = 0 THEN 'PENDING' ELSE 'FAILED' END,
+			claimed_until = NULL, next_attempt_at = $3, last_error = $4, updated_at = now()
+		WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
+		j.ID, j.AttemptCount, next, reason)
+	if err != nil {
+		return fmt.Errorf("store: unclaim job %d: %w", j.ID, err)
+	}
+	return nil
+}
+
+// PublishDue locks up to limit due jobs whose pointer is not on the queue
+// (FOR UPDATE SKIP LOCKED, so replicas share the work), hands them to send,
+// and marks the ones send reports as sent. It returns how many it sent.
+func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	var sent []int64
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, COALESCE(group_id, '') FROM dispatch_job
+			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2
+			FOR UPDATE SKIP LOCKED`, now, limit)
+		if err != nil {
+			return err
+		}
+		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
+			var u dispatch.Unsent
+			return u, r.Scan(&u.ID, &u.GroupID)
+		})
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		sent, err = send(due)
+		if len(sent) > 0 {
+			if _, uerr := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = ANY($1)`, sent, now); uerr != nil {
+				return uerr
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return len(sent), fmt.Errorf("store: publish: %w", err)
+	}
+	return len(sent), nil
+}
+
+// Sweep repairs what a lost message or a dead process leaves behind: jobs
+// past expiresAt become EXPIRED, and live jobs whose pointer should have come
+// back long ago (requeueAfter past due, or a claim that stale) are marked
+// unsent so the publisher sends them again. It returns the counts.
+func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_job SET status = 'EXPIRED', completed_at = $1, updated_at = $1,
+			last_error = 'expired before delivery'
+		WHERE status IN ('PENDING', 'FAILED') AND expires_at <= $1`, now)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: expire jobs: %w", err)
+	}
+	expired = tag.RowsAffected()
+	stale := now.Add(-requeueAfter)
+	tag, err = s.pool.Exec(ctx, `
+		UPDATE dispatch_job SET queued_at = NULL
+		WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND queued_at IS NOT NULL
+			AND next_attempt_at < $1 AND queued_at < $1
+			AND (claimed_until IS NULL OR claimed_until < $1)`, stale)
+	if err != nil {
+		return expired, 0, fmt.Errorf("store: requeue stale jobs: %w", err)
+	}
+	return expired, tag.RowsAffected(), nil
+}

@@ -1,0 +1,130 @@
+// Package store keeps dispatch's jobs, attempts and credentials in
+// PostgreSQL. It owns the schema (embedded, versioned migrations), turns pgx
+// errors into dispatch errors, and holds the few transactions that make the
+// delivery pipeline safe: create-with-idempotency, claim, finish, publish.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/bwmarrin/snowflake"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+	"github.com/patrickmn/go-cache"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure a Store.
+type Options struct {
+	NodeID int64   // snowflake node, 0–1023
+	Sealer *Sealer // seals credential secrets at rest
+	// CredentialsTTL bounds how long another replica may serve deleted or
+	// rotated credentials from its cache; this replica invalidates at once.
+	CredentialsTTL time.Duration
+}
+
+// Store is the PostgreSQL repository.
+type Store struct {
+	pool   *pgxpool.Pool
+	ids    *snowflake.Node
+	sealer *Sealer
+	creds  *cache.Cache
+}
+
+// New returns a Store over an open pool.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	node, err := snowflake.NewNode(opts.NodeID)
+	if err != nil {
+		return nil, fmt.Errorf("store: snowflake node %d: %w", opts.NodeID, err)
+	}
+	if opts.Sealer == nil {
+		return nil, errors.New("store: a Sealer is required")
+	}
+	ttl := opts.CredentialsTTL
+	if ttl == 0 {
+		ttl = time.Minute
+	}
+	return &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 2*ttl)}, nil
+}
+
+// Connect opens a pgx pool and checks that the database answers.
+func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", redactErr(err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect: %w", redactErr(err))
+	}
+	return pool, nil
+}
+
+// Migrate applies the embedded migrations under tern's advisory lock, so
+// several processes starting at once migrate exactly once.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	defer conn.Release()
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), "dispatch_schema_version")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return fmt.Errorf("store: load migrations: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	return nil
+}
+
+// Ping checks the database.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// NewID returns a new time-sorted id.
+func (s *Store) NewID() int64 { return s.ids.Generate().Int64() }
+
+func notFound(what string, id int64) error {
+	return dispatch.Errorf(dispatch.ENotFound, "%s %d not found", what, id)
+}
+
+// interpret turns pgx errors into dispatch errors; others pass through.
+func interpret(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return dispatch.Errorf(dispatch.EConflict, "a record with that key already exists")
+	}
+	return err
+}
+
+// redactErr keeps a connection string's password out of error text.
+func redactErr(err error) error {
+	var pgErr *pgconn.ConnectError
+	if errors.As(err, &pgErr) {
+		return errors.New("cannot connect to PostgreSQL (check DATABASE_URL and that the server is up)")
+	}
+	return errors.New("invalid database URL")
+}
+
+// withTx runs fn in a transaction.
+func (s *Store) withTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
