@@ -286,13 +286,15 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	if d.present("payload") {
 		if err := json.Unmarshal(fields["payload"], &j.Payload); err != nil {
 			p.Add("payload", "must be a string (serialize JSON payloads into a string)")
+		} else if strings.ContainsRune(j.Payload, 0) {
+			p.Add("payload", "must not contain NUL characters")
 		}
 	} else {
 		p.Add("payload", "is required")
 	}
 	if d.present("payloadContentType") {
 		ct := d.str("payloadContentType", MaxContentTypeLen, false)
-		if ct == "" || strings.ContainsAny(ct, "\r\n") {
+		if ct == "" || hasControl(ct) {
 			p.Add("payloadContentType", "must be a non-empty media type without line breaks")
 		} else {
 			j.PayloadContentType = ct
@@ -391,8 +393,8 @@ func validateHeaders(p *Problems, h map[string]string) {
 			p.Add(field, "is reserved (%s)", reservedHeaders[lower])
 		case hasAnyPrefix(lower, reservedPrefixes):
 			p.Add(field, "is reserved for dispatch's signature headers")
-		case strings.ContainsAny(h[name], "\r\n\x00"):
-			p.Add(field, "must not contain line breaks or NUL")
+		case hasControl(h[name]):
+			p.Add(field, "must not contain line breaks or other control characters")
 		case len(h[name]) > MaxHeaderValueLen:
 			p.Add(field, "must be at most %d bytes", MaxHeaderValueLen)
 		}
@@ -431,6 +433,17 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// hasControl reports whether s holds a control character other than a tab:
+// net/http refuses to send such a header value, so every attempt would fail.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {

@@ -56,30 +56,32 @@ func (s *Server) createJobs(c *gin.Context) {
 		return
 	}
 	results := make([]batchResult, len(jobs))
-	var valid []*dispatch.Job
-	var at []int
-	for i, j := range jobs {
+	valid := 0
+	for i := range jobs {
 		results[i].Index = i
 		if errs[i] != nil {
+			jobs[i] = nil // the store skips it and keeps the others' indices
 			de := errs[i].(*dispatch.Error)
 			results[i].Status = http.StatusBadRequest
 			results[i].Error = &errorDetail{Code: de.Code, Message: de.Message, Details: de.Details}
 			continue
 		}
-		valid = append(valid, j)
-		at = append(at, i)
+		valid++
 	}
-	if len(valid) > 0 {
-		out, created, err := s.store.CreateJobs(c.Request.Context(), valid)
+	if valid > 0 {
+		out, created, err := s.store.CreateJobs(c.Request.Context(), jobs)
 		if err != nil {
 			s.writeError(c, err)
 			return
 		}
 		n := 0
-		for k, i := range at {
-			v := viewJob(out[k])
+		for i := range jobs {
+			if jobs[i] == nil {
+				continue
+			}
+			v := viewJob(out[i])
 			results[i].Job, results[i].Status = &v, http.StatusOK
-			if created[k] {
+			if created[i] {
 				results[i].Status = http.StatusCreated
 				n++
 			}

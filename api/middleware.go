@@ -33,8 +33,8 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 			return
 		}
 		h := c.GetHeader("Authorization")
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || token == "" {
+		scheme, token, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") || token == "" { // the scheme is case-insensitive (RFC 9110 §11.1)
 			c.Header("WWW-Authenticate", `Bearer realm="`+realm+`"`)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "a bearer token is required"))
 			return

@@ -33,5 +33,6 @@ func (s *Server) process(c *gin.Context) {
 		return
 	}
 	secs := int(math.Ceil(d.RetryAfter.Seconds()))
+	s.log.Debug("pointer to retry later", "job_id", ptr.ID, "retry_after_s", secs, "reason", d.Reason)
 	c.JSON(http.StatusBadRequest, gin.H{"status": "retry", "retryAfterSeconds": secs, "reason": d.Reason})
 }

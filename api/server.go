@@ -78,6 +78,9 @@ func New(store Store, processor Processor, notifier Notifier, cfg Config, reg me
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 1 << 20
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{cfg: cfg, store: store, processor: processor, notifier: notifier,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now}
 	s.engine = s.routes()

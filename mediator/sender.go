@@ -123,7 +123,7 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 		d.Status = dispatch.AttemptSuccess
 		return finish()
 	case c >= 300 && c < 400:
-		d.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %.200s)", c, resp.Header.Get("Location"))
+		d.Err = fmt.Sprintf("HTTP %d: redirects are not followed (Location: %.200s)", c, cleanText([]byte(resp.Header.Get("Location"))))
 	case c == 408 || c == 425 || c == 429 || c >= 500:
 		d.Err, d.Retryable = fmt.Sprintf("HTTP %d", c), true
 		if c == 429 || c == 503 {
@@ -194,8 +194,14 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 func cleanText(b []byte) string {
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "")
-	for len(s) > maxResponseBody && !utf8.RuneStart(s[maxResponseBody]) {
-		s = s[:len(s)-1]
+	// Replacement characters can make s longer than b: cut it back to the
+	// limit, at a rune boundary so the result stays valid UTF-8.
+	if len(s) > maxResponseBody {
+		cut := maxResponseBody
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }

@@ -77,6 +77,7 @@ type Router struct {
 type message struct {
 	Message
 	ptr   dispatch.Pointer
+	jobID int64 // time-sorted: a group's creation order
 	group string
 	pool  *Pool
 }
@@ -262,7 +263,8 @@ func (r *Router) accept(qm Message) {
 	if group == "" {
 		group = ptr.ID
 	}
-	m := &message{Message: qm, ptr: ptr, group: group, pool: p}
+	jobID, _ := dispatch.ParseID(ptr.ID)
+	m := &message{Message: qm, ptr: ptr, jobID: jobID, group: group, pool: p}
 	r.held[qm.ID] = m
 	p.add(m)
 }
@@ -298,7 +300,7 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		var released []*message
 		if err != nil {
 			// Later messages of the group must not overtake this one.
-			released = p.releaseGroup(m.group)
+			released = p.releaseLater(m)
 			for _, x := range released {
 				delete(r.held, x.ID)
 			}
@@ -407,9 +409,17 @@ func newPool(pc PoolConfig, mu *sync.Mutex) *Pool {
 	return p
 }
 
-// add buffers a message (lock held).
+// add buffers a message in its group's lane, ordered by job id, which is
+// the group's creation order. The queue's own order cannot be trusted for
+// this: pointers re-sent by the outbox or released after a failure come
+// back behind later ones, and the emulator hands a group out of order and
+// numbers it wrongly (lock held).
 func (p *Pool) add(m *message) {
-	p.lanes[m.group] = append(p.lanes[m.group], m)
+	lane := append(p.lanes[m.group], m)
+	for i := len(lane) - 1; i > 0 && lane[i].jobID < lane[i-1].jobID; i-- {
+		lane[i], lane[i-1] = lane[i-1], lane[i]
+	}
+	p.lanes[m.group] = lane
 	p.buffered++
 	if !p.active[m.group] && len(p.lanes[m.group]) == 1 {
 		p.ready = append(p.ready, m.group)
@@ -451,12 +461,26 @@ func (p *Pool) finish(m *message) {
 	}
 }
 
-// releaseGroup takes the group's buffered messages out (lock held).
-func (p *Pool) releaseGroup(g string) []*message {
-	lane := p.lanes[g]
-	delete(p.lanes, g)
-	p.buffered -= len(lane)
-	return lane
+// releaseLater takes out the buffered messages of m's group created after
+// m, so they cannot overtake it; earlier ones (handed out of order) stay to
+// be mediated next (lock held).
+func (p *Pool) releaseLater(m *message) []*message {
+	lane := p.lanes[m.group]
+	var keep, later []*message
+	for _, x := range lane {
+		if x.jobID > m.jobID {
+			later = append(later, x)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	if len(keep) == 0 {
+		delete(p.lanes, m.group)
+	} else {
+		p.lanes[m.group] = keep
+	}
+	p.buffered -= len(later)
+	return later
 }
 
 // drain takes every buffered message out (lock held).

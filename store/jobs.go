@@ -85,11 +85,16 @@ func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, b
 }
 
 // CreateJobs stores a batch in one transaction: all valid jobs or none.
+// Nil entries (items rejected earlier) are skipped, so that results and
+// error messages keep the request's indices.
 func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
 	out := make([]dispatch.Job, len(jobs))
 	created := make([]bool, len(jobs))
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		for i, j := range jobs {
+			if j == nil {
+				continue
+			}
 			var err error
 			if out[i], created[i], err = s.insertJob(ctx, tx, j); err != nil {
 				var de *dispatch.Error

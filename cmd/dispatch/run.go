@@ -81,7 +81,9 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	if cfg.Insecure {
 		log.Warn("DISPATCH_INSECURE=true: routes without configured tokens are open and secrets may be stored unencrypted; never use this in production")
 	}
-	a := &app{cfg: cfg, log: log, stdout: stdout, reg: prometheus.NewRegistry()}
+	// The SDK reads AWS_ENDPOINT_URL_SQS from the process environment; pass
+	// it explicitly too, so run honours the environment it is given.
+	a := &app{cfg: cfg, log: log, stdout: stdout, reg: prometheus.NewRegistry(), sqsEndpoint: getenv("AWS_ENDPOINT_URL_SQS")}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	switch cmd {
 	case "migrate":
@@ -122,6 +124,8 @@ type app struct {
 	log    *slog.Logger
 	stdout io.Writer
 	reg    *prometheus.Registry
+	// sqsEndpoint overrides the SDK's endpoint chain when set.
+	sqsEndpoint string
 }
 
 func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error) {
@@ -216,7 +220,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 	}
-	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName, Create: a.cfg.QueueCreate})
+	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
+		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint})
 	if err != nil {
 		return err
 	}
@@ -270,32 +275,28 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if err != nil {
 			return err
 		}
-		var routerHTTP net.Listener
-		if !withAPI || a.cfg.RouterAddr != a.cfg.HTTPAddr {
-			if routerHTTP, err = net.Listen("tcp", a.cfg.RouterAddr); err != nil {
-				return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
-			}
-			fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
+		routerHTTP, err := net.Listen("tcp", a.cfg.RouterAddr)
+		if err != nil {
+			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
 		}
+		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
 		routerDone := make(chan struct{})
 		g.Go(func() error {
 			defer close(routerDone)
 			defer stopAPI() // the API outlives the router, then stops
 			return rt.Run(ctx)
 		})
-		if routerHTTP != nil {
-			srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: 10 * time.Second}
-			g.Go(func() error {
-				go func() {
-					<-routerDone
-					_ = srv.Shutdown(context.Background())
-				}()
-				if err := srv.Serve(routerHTTP); !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-				return nil
-			})
-		}
+		srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			go func() {
+				<-routerDone
+				_ = srv.Shutdown(context.Background())
+			}()
+			if err := srv.Serve(routerHTTP); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
 	} else {
 		go func() {
 			select {

@@ -1,0 +1,406 @@
+package config_test
+
+import (
+	"encoding/base64"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch/config"
+)
+
+// env returns a getenv over m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// secure returns the settings a production start needs, plus extra.
+func secure(extra map[string]string) map[string]string {
+	m := map[string]string{
+		"DISPATCH_API_TOKENS":     "api-token-0123456789,api-token-abcdefghij",
+		"DISPATCH_ADMIN_TOKEN":    "admin-token-0123456789",
+		"DISPATCH_INTERNAL_TOKEN": "internal-token-0123456789",
+		"DISPATCH_ENCRYPTION_KEY": base64.StdEncoding.EncodeToString(make([]byte, 32)),
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// insecure returns DISPATCH_INSECURE=true plus extra.
+func insecure(extra map[string]string) map[string]string {
+	m := map[string]string{"DISPATCH_INSECURE": "true"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// loadErr loads m and returns the error text, failing when Load succeeds.
+func loadErr(t *testing.T, m map[string]string) string {
+	t.Helper()
+	_, err := config.Load(env(m))
+	if err == nil {
+		t.Fatalf("Load(%v) succeeded, want an error", m)
+	}
+	if !strings.HasPrefix(err.Error(), "invalid configuration:") {
+		t.Errorf("error does not start with the summary line: %q", err)
+	}
+	return err.Error()
+}
+
+func mustLoad(t *testing.T, m map[string]string) config.Config {
+	t.Helper()
+	c, err := config.Load(env(m))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return c
+}
+
+func TestLoadDefaultsInsecure(t *testing.T) {
+	c := mustLoad(t, insecure(nil))
+	want := config.Config{
+		DatabaseURL:     "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable",
+		HTTPAddr:        ":8080",
+		RouterAddr:      ":8081",
+		QueueName:       "dispatch.fifo",
+		ProcessURL:      "http://127.0.0.1:8080/api/dispatch/process",
+		Pools:           []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}},
+		Insecure:        true,
+		RetryBase:       5 * time.Second,
+		RetryMax:        time.Hour,
+		DeliveryTimeout: 30 * time.Second,
+		MaxPayload:      1 << 20,
+		NodeID:          c.NodeID, // derived from the host, checked below
+		LogFormat:       "json",
+		LogLevel:        "info",
+		ShutdownTimeout: 30 * time.Second,
+		RequeueAfter:    15 * time.Minute,
+		ReceiveWait:     20 * time.Second,
+		RotationGrace:   24 * time.Hour,
+		BreakerFailures: 5,
+		BreakerOpen:     30 * time.Second,
+		AutoMigrate:     true,
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+	if c.NodeID < 0 || c.NodeID > 1023 {
+		t.Errorf("derived node id %d outside 0..1023", c.NodeID)
+	}
+}
+
+func TestLoadSecure(t *testing.T) {
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i)
+	}
+	c := mustLoad(t, secure(map[string]string{
+		"DISPATCH_ENCRYPTION_KEY": base64.StdEncoding.EncodeToString(key),
+		"DISPATCH_PROCESS_URL":    "https://api.internal:8443/api/dispatch/process",
+		"DISPATCH_NODE_ID":        "1023",
+		"DATABASE_URL":            "postgres://u:p@db:5432/d",
+		"DISPATCH_LOG_LEVEL":      "DEBUG",
+	}))
+	if c.Insecure {
+		t.Errorf("insecure by default")
+	}
+	if !slices.Equal(c.APITokens, []string{"api-token-0123456789", "api-token-abcdefghij"}) {
+		t.Errorf("API tokens = %q", c.APITokens)
+	}
+	if !slices.Equal(c.EncryptionKey, key) {
+		t.Errorf("key = %x", c.EncryptionKey)
+	}
+	if c.ProcessURL != "https://api.internal:8443/api/dispatch/process" || !c.ProcessURLSet {
+		t.Errorf("process URL = %q, set %v", c.ProcessURL, c.ProcessURLSet)
+	}
+	if c.NodeID != 1023 || c.DatabaseURL != "postgres://u:p@db:5432/d" || c.LogLevel != "debug" {
+		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestLoadSecureNeedsTokensAndKey(t *testing.T) {
+	for _, m := range []map[string]string{
+		{},
+		{"DISPATCH_INSECURE": "false"},
+		{"DISPATCH_API_TOKENS": " , "},
+	} {
+		msg := loadErr(t, m)
+		for _, name := range []string{"DISPATCH_API_TOKENS", "DISPATCH_ADMIN_TOKEN", "DISPATCH_INTERNAL_TOKEN", "DISPATCH_ENCRYPTION_KEY"} {
+			if !strings.Contains(msg, name) {
+				t.Errorf("env %v: error does not name %s:\n%s", m, name, msg)
+			}
+		}
+	}
+	// One missing piece is named alone.
+	m := secure(nil)
+	delete(m, "DISPATCH_INTERNAL_TOKEN")
+	msg := loadErr(t, m)
+	if !strings.Contains(msg, "DISPATCH_INTERNAL_TOKEN") || strings.Contains(msg, "DISPATCH_ADMIN_TOKEN") {
+		t.Errorf("error:\n%s", msg)
+	}
+}
+
+func TestLoadRejectsValue(t *testing.T) {
+	tests := []struct {
+		name, key, value string
+	}{
+		{"bad duration", "DISPATCH_RETRY_BASE", "soon"},
+		{"negative duration", "DISPATCH_BREAKER_OPEN", "-5s"},
+		{"base above max", "DISPATCH_RETRY_BASE", "2h"},
+		{"zero base", "DISPATCH_RETRY_BASE", "0s"},
+		{"zero delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "0s"},
+		{"huge delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "1h"},
+		{"receive wait above the SQS limit", "DISPATCH_RECEIVE_WAIT", "21s"},
+		{"bad bool", "DISPATCH_QUEUE_CREATE", "maybe"},
+		{"bad bool allow private", "DISPATCH_ALLOW_PRIVATE_TARGETS", "yes please"},
+		{"pool concurrency 0", "DISPATCH_POOLS", "X:0"},
+		{"pool concurrency not a number", "DISPATCH_POOLS", "X:many"},
+		{"pool concurrency too high", "DISPATCH_POOLS", "X:1001"},
+		{"pool without concurrency", "DISPATCH_POOLS", "X"},
+		{"pool with too many parts", "DISPATCH_POOLS", "X:1:2:3"},
+		{"pool negative rate", "DISPATCH_POOLS", "X:1:-5"},
+		{"pool rate not a number", "DISPATCH_POOLS", "X:1:fast"},
+		{"pool without code", "DISPATCH_POOLS", ":3"},
+		{"duplicate pool", "DISPATCH_POOLS", "A:1,B:2,A:3"},
+		{"key not base64", "DISPATCH_ENCRYPTION_KEY", "not base64!"},
+		{"key too short", "DISPATCH_ENCRYPTION_KEY", base64.StdEncoding.EncodeToString(make([]byte, 16))},
+		{"key too long", "DISPATCH_ENCRYPTION_KEY", base64.StdEncoding.EncodeToString(make([]byte, 33))},
+		{"previous key bad", "DISPATCH_ENCRYPTION_KEY_PREVIOUS", "abc"},
+		{"addr without port", "DISPATCH_HTTP_ADDR", "8080"},
+		{"router addr garbage", "DISPATCH_ROUTER_ADDR", "localhost"},
+		{"node id too big", "DISPATCH_NODE_ID", "1024"},
+		{"node id not a number", "DISPATCH_NODE_ID", "one"},
+		{"max payload too small", "DISPATCH_MAX_PAYLOAD", "10"},
+		{"breaker failures not a number", "DISPATCH_BREAKER_FAILURES", "x"},
+		{"log format", "DISPATCH_LOG_FORMAT", "xml"},
+		{"log level", "DISPATCH_LOG_LEVEL", "loud"},
+		{"cidr", "DISPATCH_ALLOWED_TARGET_CIDRS", "10.0.0.0/33"},
+		{"process url relative", "DISPATCH_PROCESS_URL", "/api/dispatch/process"},
+		{"process url ftp", "DISPATCH_PROCESS_URL", "ftp://host/x"},
+		{"queue name not fifo", "DISPATCH_QUEUE_NAME", "dispatch"},
+		{"short api token", "DISPATCH_API_TOKENS", "short"},
+		{"short admin token", "DISPATCH_ADMIN_TOKEN", "short"},
+		{"short internal token", "DISPATCH_INTERNAL_TOKEN", "short"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := loadErr(t, secure(map[string]string{tt.key: tt.value}))
+			if !strings.Contains(msg, tt.key) {
+				t.Errorf("error does not name %s:\n%s", tt.key, msg)
+			}
+			if n := strings.Count(msg, "\n"); n != 1 {
+				t.Errorf("want exactly one problem, got %d:\n%s", n, msg)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryProblemAtOnce(t *testing.T) {
+	msg := loadErr(t, map[string]string{
+		"DISPATCH_RETRY_BASE":           "soon",
+		"DISPATCH_QUEUE_CREATE":         "maybe",
+		"DISPATCH_POOLS":                "X:0,A:1,A:2",
+		"DISPATCH_ENCRYPTION_KEY":       "not-base64!",
+		"DISPATCH_HTTP_ADDR":            "8080",
+		"DISPATCH_LOG_LEVEL":            "loud",
+		"DISPATCH_ALLOWED_TARGET_CIDRS": "10.0.0.0/33",
+		"DISPATCH_NODE_ID":              "5000",
+	})
+	for _, want := range []string{
+		"DISPATCH_RETRY_BASE", "DISPATCH_QUEUE_CREATE", "pool X", "pool A appears twice",
+		"DISPATCH_ENCRYPTION_KEY must be 32 bytes", "DISPATCH_HTTP_ADDR", "DISPATCH_LOG_LEVEL",
+		"DISPATCH_ALLOWED_TARGET_CIDRS", "DISPATCH_NODE_ID",
+		"DISPATCH_API_TOKENS", "DISPATCH_ADMIN_TOKEN", "DISPATCH_INTERNAL_TOKEN",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+	// A bad key is reported as bad, not also as missing.
+	if strings.Count(msg, "DISPATCH_ENCRYPTION_KEY") != 1 {
+		t.Errorf("DISPATCH_ENCRYPTION_KEY reported more than once:\n%s", msg)
+	}
+}
+
+func TestLoadValues(t *testing.T) {
+	c := mustLoad(t, insecure(map[string]string{
+		"DISPATCH_HTTP_ADDR":             "127.0.0.1:9000",
+		"DISPATCH_QUEUE_URL":             "http://127.0.0.1:9324/000000000000/q.fifo",
+		"DISPATCH_QUEUE_NAME":            "not-fifo-but-unused",
+		"DISPATCH_QUEUE_CREATE":          "true",
+		"DISPATCH_ALLOW_PRIVATE_TARGETS": "1",
+		"DISPATCH_ALLOW_HTTP_TARGETS":    "TRUE",
+		"DISPATCH_ALLOWED_TARGET_CIDRS":  "10.1.2.3/8, fd00::/8",
+		"DISPATCH_RETRY_BASE":            "250ms",
+		"DISPATCH_RETRY_MAX":             "10m",
+		"DISPATCH_DELIVERY_TIMEOUT":      " 5s ",
+		"DISPATCH_BREAKER_FAILURES":      "0",
+		"DISPATCH_AUTO_MIGRATE":          "false",
+		"DISPATCH_LOG_FORMAT":            "text",
+	}))
+	if c.HTTPAddr != "127.0.0.1:9000" || !c.QueueCreate || !c.AllowPrivateTargets || !c.AllowHTTPTargets ||
+		c.RetryBase != 250*time.Millisecond || c.RetryMax != 10*time.Minute || c.DeliveryTimeout != 5*time.Second ||
+		c.BreakerFailures != 0 || c.AutoMigrate || c.LogFormat != "text" {
+		t.Errorf("config = %+v", c)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	if !slices.Equal(c.AllowedTargetCIDRs, want) {
+		t.Errorf("CIDRs = %v, want %v (masked)", c.AllowedTargetCIDRs, want)
+	}
+}
+
+func TestLoadPools(t *testing.T) {
+	tests := []struct {
+		spec string
+		want []config.Pool
+	}{
+		{"", []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}}},
+		{"A:5", []config.Pool{{Code: "A", Concurrency: 5}}},
+		{"A:5:120,B:1", []config.Pool{{Code: "A", Concurrency: 5, RateLimitPerMinute: 120}, {Code: "B", Concurrency: 1}}},
+		{" DISPATCH-POOL:20:0 , SLOW:2:6 ,", []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}, {Code: "SLOW", Concurrency: 2, RateLimitPerMinute: 6}}},
+		{"A:1000", []config.Pool{{Code: "A", Concurrency: 1000}}},
+	}
+	for _, tt := range tests {
+		c := mustLoad(t, insecure(map[string]string{"DISPATCH_POOLS": tt.spec}))
+		if !slices.Equal(c.Pools, tt.want) {
+			t.Errorf("DISPATCH_POOLS=%q: pools %+v, want %+v", tt.spec, c.Pools, tt.want)
+		}
+	}
+	c := mustLoad(t, insecure(map[string]string{"DISPATCH_POOLS": "A:5:120,B:1"}))
+	if p, ok := c.PoolByCode("A"); !ok || p.RateLimitPerMinute != 120 {
+		t.Errorf("PoolByCode(A) = %+v, %v", p, ok)
+	}
+	if _, ok := c.PoolByCode("C"); ok {
+		t.Errorf("PoolByCode(C) found a pool")
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadRouterConfigFile(t *testing.T) {
+	want := []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 5}, {Code: "SLOW", Concurrency: 2, RateLimitPerMinute: 30}}
+	files := map[string]string{
+		"router.yaml": `
+processingPools:
+  - code: DISPATCH-POOL
+    concurrency: 5
+  - code: SLOW
+    concurrency: 2
+    rateLimitPerMinute: 30
+`,
+		// The seed's JSON format, with its queues section, reads as is.
+		"router.json": `{
+  "queues": [{"queueUri": "http://localhost:9324/000000000000/flow-catalyst-dispatch.fifo"}],
+  "processingPools": [
+    {"code": "DISPATCH-POOL", "concurrency": 5},
+    {"code": "SLOW", "concurrency": 2, "rateLimitPerMinute": 30}
+  ]
+}`,
+	}
+	for name, content := range files {
+		t.Run(name, func(t *testing.T) {
+			c := mustLoad(t, insecure(map[string]string{
+				"DISPATCH_ROUTER_CONFIG": writeFile(t, name, content),
+				"DISPATCH_POOLS":         "IGNORED:1", // the file wins
+			}))
+			if !slices.Equal(c.Pools, want) {
+				t.Errorf("pools = %+v, want %+v", c.Pools, want)
+			}
+		})
+	}
+}
+
+func TestLoadRouterConfigFileErrors(t *testing.T) {
+	tests := []struct {
+		name, content, want string
+	}{
+		{"not YAML", "processingPools: [", "not valid YAML/JSON"},
+		{"wrong shape", `{"processingPools": {"code": "A"}}`, "not valid YAML/JSON"},
+		{"duplicate pool", "processingPools:\n  - {code: A, concurrency: 1}\n  - {code: A, concurrency: 2}\n", "pool A appears twice"},
+		{"zero concurrency", `{"processingPools":[{"code":"A","concurrency":0}]}`, "pool A concurrency"},
+		{"negative rate", `{"processingPools":[{"code":"A","concurrency":1,"rateLimitPerMinute":-1}]}`, "pool A rate"},
+		{"no code", `{"processingPools":[{"concurrency":1}]}`, "no code"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := loadErr(t, insecure(map[string]string{"DISPATCH_ROUTER_CONFIG": writeFile(t, "router.yaml", tt.content)}))
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("error does not say %q:\n%s", tt.want, msg)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "absent.yaml")
+		msg := loadErr(t, insecure(map[string]string{"DISPATCH_ROUTER_CONFIG": path}))
+		if !strings.Contains(msg, "DISPATCH_ROUTER_CONFIG cannot be read") {
+			t.Errorf("error:\n%s", msg)
+		}
+	})
+}
+
+func TestCheckUnknown(t *testing.T) {
+	err := config.CheckUnknown([]string{
+		"PATH=/usr/bin",
+		"DISPATCH_HTTP_ADDR=:9000",
+		"DISPATCH_TYPO=1",
+		"DISPATCH_POOL=A:1", // the real name is DISPATCH_POOLS
+		"DISPATCH_TEST_DATABASE_URL=postgres://x",
+		"DISPATCH_BENCH_N=3",
+		"DATABASE_URL=postgres://x",
+		"NOEQUALS",
+	})
+	if err == nil {
+		t.Fatal("unknown variables not reported")
+	}
+	msg := err.Error()
+	for _, want := range []string{"DISPATCH_TYPO", "DISPATCH_POOL "} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not name %q:\n%s", want, msg)
+		}
+	}
+	for _, not := range []string{"DISPATCH_HTTP_ADDR", "DISPATCH_TEST_", "DISPATCH_BENCH_", "PATH", "DATABASE_URL"} {
+		if strings.Contains(msg, not) {
+			t.Errorf("error names %q:\n%s", not, msg)
+		}
+	}
+	if err := config.CheckUnknown([]string{"HOME=/root", "DISPATCH_INSECURE=true"}); err != nil {
+		t.Errorf("known variables reported: %v", err)
+	}
+}
+
+// Every DISPATCH_* variable Load reads must be one CheckUnknown knows, or a
+// correct setting would be refused as a typo.
+func TestCheckUnknownKnowsEverythingLoadReads(t *testing.T) {
+	var read []string
+	_, _ = config.Load(func(k string) string {
+		read = append(read, k)
+		return ""
+	})
+	var environ []string
+	for _, k := range read {
+		if strings.HasPrefix(k, "DISPATCH_") {
+			environ = append(environ, k+"=x")
+		}
+	}
+	if len(environ) < 25 {
+		t.Fatalf("Load read only %d DISPATCH_ variables: %v", len(environ), environ)
+	}
+	if err := config.CheckUnknown(environ); err != nil {
+		t.Errorf("variables Load reads are flagged as unknown: %v", err)
+	}
+}

@@ -1,0 +1,111 @@
+package mediator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch/mediator"
+)
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fail reports n failed requests to host.
+func fail(t *testing.T, b *mediator.Breakers, host string, n int) {
+	t.Helper()
+	for i := range n {
+		done, _, ok := b.Allow(host)
+		if !ok {
+			t.Fatalf("request %d refused before the breaker should open", i+1)
+		}
+		done(true)
+	}
+}
+
+func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
+	b := mediator.NewBreakers(3, time.Minute)
+	fail(t, b, "a.example:443", 2)
+	// A success resets the count: failures must be consecutive.
+	done, _, _ := b.Allow("a.example:443")
+	done(false)
+	fail(t, b, "a.example:443", 3)
+
+	_, wait, ok := b.Allow("a.example:443")
+	if ok {
+		t.Fatal("breaker still closed after 3 consecutive failures")
+	}
+	if wait < 55*time.Second || wait > time.Minute {
+		t.Errorf("wait = %s, want about the open duration (1m)", wait)
+	}
+	// Other hosts are not affected.
+	if _, _, ok := b.Allow("b.example:443"); !ok {
+		t.Error("an unrelated host is refused")
+	}
+}
+
+func TestBreakerClosesAfterSuccessfulTrial(t *testing.T) {
+	b := mediator.NewBreakers(2, 50*time.Millisecond)
+	const host = "flaky.example:443"
+	fail(t, b, host, 2)
+	_, wait, ok := b.Allow(host)
+	if ok || wait <= 0 {
+		t.Fatalf("open breaker: ok %v, wait %s", ok, wait)
+	}
+
+	// After the open duration one trial request goes through (half-open) ...
+	var trial func(bool)
+	waitUntil(t, 5*time.Second, "the breaker lets a trial through", func() bool {
+		done, _, ok := b.Allow(host)
+		trial = done
+		return ok
+	})
+	// ... and only one at a time.
+	if _, wait, ok := b.Allow(host); ok || wait <= 0 {
+		t.Errorf("a second request got through during the trial (ok %v, wait %s)", ok, wait)
+	}
+	trial(false)
+
+	// Closed again: several requests may run at once.
+	for i := range 3 {
+		if _, _, ok := b.Allow(host); !ok {
+			t.Fatalf("request %d refused after a successful trial", i+1)
+		}
+	}
+}
+
+func TestBreakerReopensAfterFailedTrial(t *testing.T) {
+	b := mediator.NewBreakers(1, 50*time.Millisecond)
+	const host = "down.example:443"
+	fail(t, b, host, 1)
+	var trial func(bool)
+	waitUntil(t, 5*time.Second, "the breaker lets a trial through", func() bool {
+		done, _, ok := b.Allow(host)
+		trial = done
+		return ok
+	})
+	trial(true)
+	if _, wait, ok := b.Allow(host); ok || wait <= 0 {
+		t.Errorf("breaker not open again after a failed trial (ok %v, wait %s)", ok, wait)
+	}
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	for name, b := range map[string]*mediator.Breakers{"zero failures": mediator.NewBreakers(0, time.Minute), "nil": nil} {
+		for range 100 {
+			done, _, ok := b.Allow("x.example:443")
+			if !ok {
+				t.Fatalf("%s: disabled breaker refused a request", name)
+			}
+			done(true)
+		}
+	}
+}

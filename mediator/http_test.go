@@ -1,0 +1,78 @@
+package mediator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/mediator"
+)
+
+func TestHTTPMediate(t *testing.T) {
+	tests := []struct {
+		name  string
+		code  int
+		body  string
+		check func(error) bool
+	}{
+		{"200 is done", 200, `{"status":"ok","jobStatus":"COMPLETED"}`, func(err error) bool { return err == nil }},
+		{"400 with retryAfterSeconds", 400, `{"status":"retry","retryAfterSeconds":42,"reason":"HTTP 500"}`, func(err error) bool {
+			var ra *dispatch.RetryAfter
+			return errors.As(err, &ra) && ra.Delay == 42*time.Second && ra.Reason == "HTTP 500"
+		}},
+		{"400 with zero retryAfterSeconds", 400, `{"retryAfterSeconds":0}`, func(err error) bool {
+			var ra *dispatch.RetryAfter
+			return errors.As(err, &ra) && ra.Delay == 0
+		}},
+		{"400 without retryAfterSeconds", 400, `{"error":{"code":"invalid_request"}}`, func(err error) bool {
+			var ra *dispatch.RetryAfter
+			return err != nil && !errors.As(err, &ra)
+		}},
+		{"401", 401, ``, func(err error) bool { return errors.Is(err, mediator.ErrUnauthorized) }},
+		{"403", 403, ``, func(err error) bool { return errors.Is(err, mediator.ErrUnauthorized) }},
+		{"500", 500, `not json`, func(err error) bool {
+			var ra *dispatch.RetryAfter
+			return err != nil && !errors.As(err, &ra) && !errors.Is(err, mediator.ErrUnauthorized)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tg := newTarget(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.code)
+				io.WriteString(w, tt.body)
+			})
+			m := mediator.NewHTTP(tg.URL+"/api/dispatch/process", "internal-token", 5*time.Second)
+			ptr := dispatch.Pointer{ID: "123", PoolCode: "DISPATCH-POOL", MediationType: "HTTP",
+				MediationTarget: "http://127.0.0.2:1/elsewhere", MessageGroupID: "g"}
+			err := m.Mediate(context.Background(), ptr)
+			if !tt.check(err) {
+				t.Errorf("Mediate = %v", err)
+			}
+			r := tg.next(t)
+			if r.header.Get("Authorization") != "Bearer internal-token" || r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("headers %v", r.header)
+			}
+			var got dispatch.Pointer
+			if err := json.Unmarshal(r.body, &got); err != nil || got != ptr {
+				t.Errorf("processing endpoint got %s (%v), want the pointer", r.body, err)
+			}
+		})
+	}
+}
+
+func TestHTTPMediateUnreachable(t *testing.T) {
+	tg := statusTarget(t, 200)
+	url := tg.URL
+	tg.Close()
+	err := mediator.NewHTTP(url, "", time.Second).Mediate(context.Background(), dispatch.Pointer{ID: "1"})
+	var ra *dispatch.RetryAfter
+	if err == nil || errors.As(err, &ra) {
+		t.Errorf("Mediate to a closed endpoint = %v; want a plain error for the router's backoff", err)
+	}
+}

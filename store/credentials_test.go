@@ -1,0 +1,240 @@
+package store_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+const (
+	bearer = "bt_live_8c1f3a9e0d2b4c6f"
+	secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+func newKey(t *testing.T) []byte {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newSealer(t *testing.T, key, previous []byte) *store.Sealer {
+	t.Helper()
+	s, err := store.NewSealer(key, previous)
+	if err != nil {
+		t.Fatalf("NewSealer: %v", err)
+	}
+	return s
+}
+
+// setupKeyed returns a Store sealing under key, and its pool.
+func setupKeyed(t *testing.T, key []byte) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	st, pool, _ := storetest.New(t, store.Options{NodeID: 1, Sealer: newSealer(t, key, nil)})
+	return st, pool
+}
+
+// storeOver returns another Store (another replica) over the same database.
+func storeOver(t *testing.T, pool *pgxpool.Pool, sealer *store.Sealer) *store.Store {
+	t.Helper()
+	st, err := store.New(pool, store.Options{NodeID: 2, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func createCredentials(t *testing.T, st *store.Store) dispatch.Credentials {
+	t.Helper()
+	c := dispatch.Credentials{BearerToken: bearer, SigningSecret: secret, Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	if err := st.CreateCredentials(t.Context(), &c); err != nil {
+		t.Fatalf("CreateCredentials: %v", err)
+	}
+	if c.ID == 0 || c.CreatedAt.IsZero() {
+		t.Fatalf("CreateCredentials did not set id and times: %+v", c)
+	}
+	return c
+}
+
+func getCredentials(t *testing.T, st *store.Store, id int64) dispatch.Credentials {
+	t.Helper()
+	c, err := st.GetCredentials(t.Context(), id)
+	if err != nil {
+		t.Fatalf("GetCredentials(%d): %v", id, err)
+	}
+	return c
+}
+
+func TestCredentialsEncryptedAtRest(t *testing.T) {
+	t.Parallel()
+	st, pool := setupKeyed(t, newKey(t))
+	c := createCredentials(t, st)
+	const next = "whsec_second_secret_after_rotation"
+	if _, err := st.RotateCredentials(t.Context(), c.ID, next, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	rows, err := pool.Query(t.Context(), `SELECT bearer_token, signing_secret, previous_secret, algorithm, signature_scheme FROM dispatch_credentials`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw []byte
+		for _, v := range vals {
+			switch v := v.(type) {
+			case []byte:
+				raw = append(raw, v...)
+			case string:
+				raw = append(raw, v...)
+			}
+		}
+		for _, plain := range []string{bearer, secret, next} {
+			if bytes.Contains(raw, []byte(plain)) {
+				t.Errorf("the credentials row holds %q in plain text", plain)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("read %d credentials rows, want 1", n)
+	}
+
+	got := getCredentials(t, st, c.ID)
+	if got.BearerToken != bearer || got.SigningSecret != next || got.PreviousSecret != secret {
+		t.Errorf("GetCredentials = bearer %q secret %q previous %q; want the plain values", got.BearerToken, got.SigningSecret, got.PreviousSecret)
+	}
+}
+
+func TestCredentialsWrongKey(t *testing.T) {
+	t.Parallel()
+	st, pool := setupKeyed(t, newKey(t))
+	c := createCredentials(t, st)
+	if err := st.CheckKey(t.Context()); err != nil {
+		t.Errorf("CheckKey with the right key: %v", err)
+	}
+
+	other := storeOver(t, pool, newSealer(t, newKey(t), nil))
+	if _, err := other.GetCredentials(t.Context(), c.ID); !errors.Is(err, store.ErrWrongKey) {
+		t.Errorf("GetCredentials with another key: err = %v, want ErrWrongKey", err)
+	}
+	if err := other.CheckKey(t.Context()); !errors.Is(err, store.ErrWrongKey) {
+		t.Errorf("CheckKey with another key: err = %v, want ErrWrongKey", err)
+	}
+}
+
+func TestCheckKeyEmptyTable(t *testing.T) {
+	t.Parallel()
+	st, _ := setupKeyed(t, newKey(t))
+	if err := st.CheckKey(t.Context()); err != nil {
+		t.Errorf("CheckKey with no credentials: %v", err)
+	}
+}
+
+func TestDeleteCredentials(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	c := createCredentials(t, st)
+	getCredentials(t, st, c.ID) // now cached
+
+	if err := st.DeleteCredentials(t.Context(), c.ID); err != nil {
+		t.Fatalf("DeleteCredentials: %v", err)
+	}
+	_, err := st.GetCredentials(t.Context(), c.ID)
+	wantCode(t, err, dispatch.ENotFound)
+	wantCode(t, st.DeleteCredentials(t.Context(), c.ID), dispatch.ENotFound)
+
+	// New jobs can no longer refer to them.
+	_, _, err = st.CreateJob(t.Context(), newJob(func(j *dispatch.Job) { j.CredentialsID = c.ID }))
+	wantCode(t, err, dispatch.EInvalid)
+}
+
+func TestRotateCredentials(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	c := createCredentials(t, st)
+	getCredentials(t, st, c.ID) // cached before the rotation
+
+	const next = "whsec_the_next_secret"
+	before := time.Now()
+	rot, err := st.RotateCredentials(t.Context(), c.ID, next, 24*time.Hour)
+	if err != nil {
+		t.Fatalf("RotateCredentials: %v", err)
+	}
+	for name, got := range map[string]dispatch.Credentials{"returned": rot, "stored": getCredentials(t, st, c.ID)} {
+		if got.SigningSecret != next || got.PreviousSecret != secret || got.BearerToken != bearer {
+			t.Errorf("%s: secret %q previous %q bearer %q; want the new secret, the old as previous, the bearer kept", name, got.SigningSecret, got.PreviousSecret, got.BearerToken)
+		}
+		if got.PreviousExpiresAt == nil || got.PreviousExpiresAt.Before(before.Add(24*time.Hour-time.Second)) || got.PreviousExpiresAt.After(time.Now().Add(24*time.Hour)) {
+			t.Errorf("%s: previous expires at %v, want about 24h from now", name, got.PreviousExpiresAt)
+		}
+		if got.ActivePrevious(time.Now()) != secret || got.ActivePrevious(time.Now().Add(25*time.Hour)) != "" {
+			t.Errorf("%s: the previous secret is not valid exactly for the grace period", name)
+		}
+	}
+
+	_, err = st.RotateCredentials(t.Context(), 4242, next, time.Hour)
+	wantCode(t, err, dispatch.ENotFound)
+}
+
+func TestReseal(t *testing.T) {
+	t.Parallel()
+	oldKey, newK := newKey(t), newKey(t)
+	st, pool := setupKeyed(t, oldKey)
+	a := createCredentials(t, st)
+	if _, err := st.RotateCredentials(t.Context(), a.ID, "whsec_rotated", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b := dispatch.Credentials{SigningSecret: "whsec_no_bearer", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	if err := st.CreateCredentials(t.Context(), &b); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator changed the key, keeping the old one as previous.
+	rekey := storeOver(t, pool, newSealer(t, newK, oldKey))
+	n, err := rekey.Reseal(t.Context())
+	if err != nil {
+		t.Fatalf("Reseal: %v", err)
+	}
+	if n != 4 { // a: bearer, secret, previous; b: secret
+		t.Errorf("Reseal rewrote %d values, want 4", n)
+	}
+	if n, err := rekey.Reseal(t.Context()); err != nil || n != 0 {
+		t.Errorf("second Reseal rewrote %d values (err %v), want 0", n, err)
+	}
+
+	// Only the new key is needed from now on; the old one no longer opens them.
+	fresh := storeOver(t, pool, newSealer(t, newK, nil))
+	if err := fresh.CheckKey(t.Context()); err != nil {
+		t.Errorf("CheckKey with the new key: %v", err)
+	}
+	got := getCredentials(t, fresh, a.ID)
+	if got.BearerToken != bearer || got.SigningSecret != "whsec_rotated" || got.PreviousSecret != secret {
+		t.Errorf("after reseal: bearer %q secret %q previous %q", got.BearerToken, got.SigningSecret, got.PreviousSecret)
+	}
+	if got := getCredentials(t, fresh, b.ID); got.SigningSecret != "whsec_no_bearer" || got.BearerToken != "" {
+		t.Errorf("after reseal: b = secret %q bearer %q", got.SigningSecret, got.BearerToken)
+	}
+	stale := storeOver(t, pool, newSealer(t, oldKey, nil))
+	if _, err := stale.GetCredentials(t.Context(), a.ID); !errors.Is(err, store.ErrWrongKey) {
+		t.Errorf("the old key still opens resealed secrets: err = %v", err)
+	}
+}

@@ -1,0 +1,152 @@
+// Package storetest gives each test its own PostgreSQL database, cloned
+// from a migrated template, so tests run in parallel against a real server.
+// It fails (never skips) when PostgreSQL does not answer: run `make up`.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// templateDB holds the migrated schema; bump the suffix when migrations change
+// in a way an existing template would not pick up (it is re-migrated anyway).
+const templateDB = "dispatch_test_template"
+
+var templateOnce sync.Once
+var templateErr error
+
+// AdminURL is the server's maintenance database URL, from
+// DISPATCH_TEST_DATABASE_URL or DATABASE_URL (any database on the server).
+func AdminURL() string {
+	for _, k := range []string{"DISPATCH_TEST_DATABASE_URL", "DATABASE_URL"} {
+		if v := os.Getenv(k); v != "" {
+			return withDatabase(v, "postgres")
+		}
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+func withDatabase(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// NewDatabase creates a fresh migrated database for t, dropped at cleanup,
+// and returns its URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	templateOnce.Do(func() { templateErr = prepareTemplate(ctx) })
+	if templateErr != nil {
+		t.Fatalf("storetest: PostgreSQL at %s is not usable (run `make up`): %v", redact(AdminURL()), templateErr)
+	}
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("storetest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	name := "dispatch_test_" + randomHex(6)
+	for try := 0; ; try++ {
+		_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateDB))
+		if err == nil || try > 20 || !strings.Contains(err.Error(), "being accessed by other users") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("storetest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, AdminURL())
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+	})
+	return withDatabase(AdminURL(), name)
+}
+
+// prepareTemplate creates and migrates the template database once per
+// server; a PostgreSQL advisory lock keeps parallel test binaries apart.
+func prepareTemplate(ctx context.Context) error {
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(727274)`); err != nil {
+		return err
+	}
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(727274)`) //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, templateDB).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := admin.Exec(ctx, `CREATE DATABASE `+templateDB); err != nil {
+			return err
+		}
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(AdminURL(), templateDB))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return store.Migrate(ctx, pool)
+}
+
+// New returns a Store over a fresh database, its pool, and the database URL.
+func New(t testing.TB, opts store.Options) (*store.Store, *pgxpool.Pool, string) {
+	t.Helper()
+	dbURL := NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("storetest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if opts.Sealer == nil {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		opts.Sealer, _ = store.NewSealer(key, nil)
+	}
+	st, err := store.New(pool, opts)
+	if err != nil {
+		t.Fatalf("storetest: store: %v", err)
+	}
+	return st, pool, dbURL
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
