@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -38,6 +40,13 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	if !errors.As(err, &de) {
 		s.log.Error("internal error", "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		de = dispatch.Errorf(dispatch.EInternal, "internal error")
+		// An outage is not a bug: tell the client to retry (nothing was stored).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if s.store.Ping(ctx) != nil {
+			de = dispatch.Errorf(dispatch.EUnavailable, "the database is unavailable; retry later")
+			c.Header("Retry-After", "1")
+		}
+		cancel()
 	}
 	status, ok := statusByCode[de.Code]
 	if !ok {

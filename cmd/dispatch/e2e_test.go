@@ -568,3 +568,13 @@ func TestPoolConcurrencyIsABound(t *testing.T) {
 		t.Errorf("at most %d request open at once: unrelated jobs did not run in parallel", maxOpen)
 	}
 }
+
+func jsonBytes(v any) (io.Reader, error) {
+	b, err := json.Marshal(v)
+	return bytes.NewReader(b), err
+}
+
+func decodeJSON(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}

@@ -12,4 +12,10 @@ createSqsServer({ port, hostname: "127.0.0.1", emulateQueueCreationLifecycle: fa
     process.exit(1);
   });
 
+// local-aws-sqs throws on some malformed requests (e.g. a JSON request
+// without X-Amz-Target) from an async handler; one bad request must not
+// take the emulator, and every queue in it, down.
+process.on("uncaughtException", (err) => console.error("sqs emulator: request failed:", err.message));
+process.on("unhandledRejection", (err) => console.error("sqs emulator: request failed:", err && err.message));
+
 for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(0));
