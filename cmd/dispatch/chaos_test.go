@@ -609,3 +609,45 @@ func TestSoakWithRouterKills(t *testing.T) {
 		}
 	}
 }
+
+func TestDeliveryLongerThanVisibilityIsNotDuplicated(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 2*time.Second) // shorter than the delivery below
+	rc := newReceiver(t, nil)
+	rc.hold = 5 * time.Second
+	in := startWith(t, "all", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "10s"})
+	// A second router competes for the same queue: if the heartbeat did not
+	// keep the message invisible, it would receive the copy after 2s.
+	other := spawn(t, "router", baseEnv(dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process"}))
+	j := in.createJob(jobBody(rc.URL, nil))
+	in.waitStatus(j.ID, 30*time.Second, "COMPLETED")
+	// Exactly one router mediated it: the other never saw a copy.
+	var mine, theirs []struct{ Succeeded, Retried, Failed int }
+	getJSON(t, in.routerURL+"/monitoring/pools", &mine)
+	getJSON(t, other.routerURL+"/monitoring/pools", &theirs)
+	seen := func(s []struct{ Succeeded, Retried, Failed int }) int {
+		return s[0].Succeeded + s[0].Retried + s[0].Failed
+	}
+	if seen(mine)+seen(theirs) != 1 {
+		t.Errorf("mediations: %+v and %+v, want exactly one in all (the heartbeat keeps the message invisible)", mine, theirs)
+	}
+	eventually(t, 10*time.Second, in.queueEmpty, func() string { return "message not acknowledged" })
+	if n := rc.count(); n != 1 {
+		t.Errorf("target got %d requests for one job, want 1", n)
+	}
+	if !strings.Contains(in.stderr.String(), "queue visibility timeout is shorter than the mediation timeout") {
+		t.Errorf("no start-up warning about the short visibility timeout")
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeJSON(resp, v); err != nil {
+		t.Fatal(err)
+	}
+}
