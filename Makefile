@@ -17,6 +17,9 @@ DISPATCH_INSECURE              ?= true
 DISPATCH_QUEUE_CREATE          ?= true
 DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
+# The bundled emulator ends a long poll early only when 10 messages are
+# ready, so a short wait keeps single deliveries quick locally.
+DISPATCH_RECEIVE_WAIT          ?= 1s
 
 BENCH_JOBS ?= 5000
 FUZZTIME   ?= 30s
@@ -28,7 +31,8 @@ DEV_ENV := eval "$$($(DEVENV) env)"
 RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_QUEUE_CREATE=$(DISPATCH_QUEUE_CREATE) \
 	DISPATCH_ALLOW_PRIVATE_TARGETS=$(DISPATCH_ALLOW_PRIVATE_TARGETS) \
-	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
+	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT) \
+	DISPATCH_RECEIVE_WAIT=$(DISPATCH_RECEIVE_WAIT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
 .PHONY: help build up down run test test/short lint bench fuzz compose/check clean distclean
@@ -63,8 +67,8 @@ lint: ## gofmt must report nothing; go vet
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-bench: up ## Load benchmark (dispatch bench) and Go benchmarks
-	$(DEV_ENV); $(RUN_ENV) go run ./cmd/dispatch bench -jobs $(BENCH_JOBS)
+bench: up ## Load benchmark (dispatch bench; more flags: BENCH_ARGS="-batch 50") and Go benchmarks
+	$(DEV_ENV); $(RUN_ENV) go run ./cmd/dispatch bench -jobs $(BENCH_JOBS) $(BENCH_ARGS)
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
 
 fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME

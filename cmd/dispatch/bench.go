@@ -1,11 +1,834 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/config"
 )
 
+const benchUsage = `usage: dispatch bench [flags]
+
+Pushes jobs through the whole pipeline (API → PostgreSQL → SQS → router →
+processing endpoint → signed webhook) to a local receiver, with api and router
+running in this process, and reports throughput, latency and memory.
+
+It uses DATABASE_URL's server but a fresh database dispatch_bench_<random>,
+and a fresh FIFO queue bench-<random>.fifo on AWS_ENDPOINT_URL_SQS (default
+http://127.0.0.1:9324); both are removed at the end. Both must be on this
+machine (loopback or a Unix socket).
+
+flags:
+  -jobs N          jobs to deliver (default 5000)
+  -clients N       concurrent API clients creating jobs (default 8)
+  -batch N         jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
+  -concurrency N   the processing pool's concurrency (default 20)
+  -timeout D       give up when not every job arrived within D (default 5m)`
+
+const (
+	benchDefaultSQS      = "http://127.0.0.1:9324"
+	benchMaxBatch        = 100 // the API's batch limit
+	benchStartTimeout    = time.Minute
+	benchStopTimeout     = time.Minute
+	benchCleanupTimeout  = 30 * time.Second
+	benchVisibility      = "60" // seconds, as router.Queue creates queues
+	benchShutdownTimeout = "10s"
+)
+
+// benchPayload is a typical small webhook payload.
+const benchPayload = `{"orderId":"ord_8f14e45fceea167a","customerId":"cus_c9f0f895fb98ab91","amount":99.99,"currency":"EUR","items":3}`
+
+type benchOptions struct {
+	jobs, clients, batch, concurrency int
+	timeout                           time.Duration
+	cpuProfile                        string
+}
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+	var o benchOptions
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, benchUsage) }
+	fs.IntVar(&o.jobs, "jobs", 5000, "")
+	fs.IntVar(&o.clients, "clients", 8, "")
+	fs.IntVar(&o.batch, "batch", 1, "")
+	fs.IntVar(&o.concurrency, "concurrency", 20, "")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "")
+	// Not in the usage: for whoever tunes the pipeline.
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.jobs < 1 {
+		errs = append(errs, errors.New("-jobs must be at least 1"))
+	}
+	if o.clients < 1 {
+		errs = append(errs, errors.New("-clients must be at least 1"))
+	}
+	if o.batch < 1 || o.batch > benchMaxBatch {
+		errs = append(errs, fmt.Errorf("-batch must be 1 to %d", benchMaxBatch))
+	}
+	if o.concurrency < 1 || o.concurrency > 1000 {
+		errs = append(errs, errors.New("-concurrency must be 1 to 1000"))
+	}
+	if o.timeout <= 0 {
+		errs = append(errs, errors.New("-timeout must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("bench: %w", err)
+	}
+	return o, nil
+}
+
+// runBench is `dispatch bench`.
 func runBench(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
-	return errors.New("bench: not implemented yet")
+	o, err := parseBenchFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	getenv := envLookup(environ)
+	sqsEndpoint := getenv("AWS_ENDPOINT_URL_SQS")
+	if sqsEndpoint == "" {
+		sqsEndpoint = benchDefaultSQS
+	}
+	dbURL := getenv("DATABASE_URL")
+	if dbURL == "" {
+		dbURL = config.DefaultDatabaseURL
+	}
+	if err := checkLocalSQS(sqsEndpoint); err != nil {
+		return err
+	}
+	adminCfg, err := localDatabaseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	setLocalAWSEnv()
+
+	suffix := randomHex(6)
+	dbName, queueName := "dispatch_bench_"+suffix, "bench-"+suffix+".fifo"
+	if err := createBenchDatabase(ctx, adminCfg, dbName); err != nil {
+		return err
+	}
+	defer dropBenchDatabase(ctx, adminCfg, dbName, stderr)
+	queueURL, deleteQueue, err := createBenchQueue(ctx, sqsEndpoint, queueName)
+	if err != nil {
+		return err
+	}
+	defer deleteQueue()
+
+	secret, err := webhook.NewSecret(webhook.SchemeFlowCatalyst)
+	if err != nil {
+		return err
+	}
+	rc, err := startBenchReceiver(o.jobs, secret)
+	if err != nil {
+		return err
+	}
+	defer rc.stop()
+
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	env := benchEnv(environ, map[string]string{
+		"DATABASE_URL":                   withDatabaseName(dbURL, dbName),
+		"AWS_ENDPOINT_URL_SQS":           sqsEndpoint,
+		"DISPATCH_QUEUE_URL":             queueURL,
+		"DISPATCH_INSECURE":              "true",
+		"DISPATCH_ALLOW_PRIVATE_TARGETS": "true",
+		"DISPATCH_HTTP_ADDR":             "127.0.0.1:0",
+		"DISPATCH_ROUTER_ADDR":           "127.0.0.1:0",
+		"DISPATCH_RECEIVE_WAIT":          "1s",
+		"DISPATCH_POOLS":                 fmt.Sprintf("DISPATCH-POOL:%d", o.concurrency),
+		"DISPATCH_LOG_LEVEL":             "warn",
+		"DISPATCH_AUTO_MIGRATE":          "true",
+		"DISPATCH_ENCRYPTION_KEY":        base64.StdEncoding.EncodeToString(key),
+		"DISPATCH_SHUTDOWN_TIMEOUT":      benchShutdownTimeout,
+	})
+	svc, err := startBenchService(ctx, env, stderr)
+	if err != nil {
+		return err
+	}
+	defer svc.stop() // on early returns; the normal path stops it below
+
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConns: o.clients, MaxIdleConnsPerHost: o.clients, IdleConnTimeout: time.Minute},
+		Timeout:   30 * time.Second,
+	}
+	defer client.CloseIdleConnections()
+	credID, err := createBenchCredentials(ctx, client, svc.apiURL, secret)
+	if err != nil {
+		return err
+	}
+
+	var stopProfile func() error
+	if o.cpuProfile != "" {
+		if stopProfile, err = startCPUProfile(o.cpuProfile); err != nil {
+			return err
+		}
+	}
+	cpu0 := processCPU()
+	res, loadErr := runLoad(ctx, o, client, svc.apiURL, rc, credID)
+	res.cpu = processCPU() - cpu0
+	if stopProfile != nil {
+		if err := stopProfile(); err != nil && loadErr == nil {
+			loadErr = err
+		}
+	}
+	res.peakRSS = peakRSS()
+	stopErr := svc.stop()
+	if loadErr != nil {
+		return loadErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("bench: dispatch all: %w", stopErr)
+	}
+	res.write(stdout, o)
+	return nil
+}
+
+// ---------------------------------------------------------------- load
+
+type benchResult struct {
+	jobs          int
+	start         time.Time
+	createdIn     time.Duration // first request → last create answered
+	deliveredIn   time.Duration // first request → last first delivery
+	deliveries    int           // requests the receiver saw, duplicates included
+	duplicates    int
+	badSignatures int
+	latencies     []time.Duration // create request sent → first delivery, sorted
+	cpu           time.Duration
+	peakRSS       int64 // bytes; 0: unknown
+}
+
+// runLoad creates o.jobs jobs from o.clients goroutines and waits until the
+// receiver has seen each of them, or the timeout passes.
+func runLoad(ctx context.Context, o benchOptions, client *http.Client, apiURL string, rc *benchReceiver, credID string) (benchResult, error) {
+	res := benchResult{jobs: o.jobs}
+	one, err := json.Marshal(map[string]any{
+		"source": "bench", "type": "order.created", "targetUrl": rc.url + "/hooks/orders",
+		"payload": benchPayload, "credentialsId": credID,
+		"metadata": map[string]string{"tenant": "acme"},
+	})
+	if err != nil {
+		return res, err
+	}
+	batchBody := func(n int) []byte {
+		b := append([]byte(`{"jobs":[`), one...)
+		for range n - 1 {
+			b = append(append(b, ','), one...)
+		}
+		return append(b, "]}"...)
+	}
+	full := batchBody(o.batch)
+
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		sentAt  = make(map[string]time.Time, o.jobs)
+		lastAck time.Time
+		next    atomic.Int64
+	)
+	res.start = time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for range o.clients {
+		g.Go(func() error {
+			for {
+				first := int(next.Add(int64(o.batch))) - o.batch
+				if first >= o.jobs {
+					return nil
+				}
+				n := min(o.batch, o.jobs-first)
+				t0 := time.Now()
+				var ids []string
+				var err error
+				if o.batch == 1 {
+					ids, err = postJob(gctx, client, apiURL, one)
+				} else {
+					body := full
+					if n < o.batch {
+						body = batchBody(n)
+					}
+					ids, err = postBatch(gctx, client, apiURL, body, n)
+				}
+				if err != nil {
+					return err
+				}
+				t1 := time.Now()
+				mu.Lock()
+				for _, id := range ids {
+					sentAt[id] = t0
+				}
+				if t1.After(lastAck) {
+					lastAck = t1
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, fmt.Errorf("bench: creating jobs: %w", err)
+	}
+	res.createdIn = lastAck.Sub(res.start)
+
+	select {
+	case <-rc.all:
+	case <-ctx.Done():
+		got, _, _, _ := rc.counts()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return res, fmt.Errorf("bench: only %d of %d jobs were delivered within %s (raise -timeout?)", got, o.jobs, o.timeout)
+		}
+		return res, ctx.Err()
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	res.deliveredIn = rc.last.Sub(res.start)
+	res.deliveries, res.duplicates, res.badSignatures = rc.deliveries, rc.duplicates, rc.badSignatures
+	res.latencies = make([]time.Duration, 0, len(sentAt))
+	for id, t0 := range sentAt {
+		if at, ok := rc.first[id]; ok {
+			res.latencies = append(res.latencies, at.Sub(t0))
+		}
+	}
+	slices.Sort(res.latencies)
+	return res, nil
+}
+
+func postJSON(ctx context.Context, client *http.Client, url string, body []byte, want int, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("POST %s: HTTP %d: %.300s", url, resp.StatusCode, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("POST %s: decode answer: %w", url, err)
+	}
+	return nil
+}
+
+func postJob(ctx context.Context, client *http.Client, apiURL string, body []byte) ([]string, error) {
+	var j struct {
+		ID string `json:"id"`
+	}
+	if err := postJSON(ctx, client, apiURL+"/api/dispatch/jobs", body, http.StatusCreated, &j); err != nil {
+		return nil, err
+	}
+	return []string{j.ID}, nil
+}
+
+func postBatch(ctx context.Context, client *http.Client, apiURL string, body []byte, n int) ([]string, error) {
+	var out struct {
+		Results []struct {
+			Status int `json:"status"`
+			Job    struct {
+				ID string `json:"id"`
+			} `json:"job"`
+			Error json.RawMessage `json:"error"`
+		} `json:"results"`
+	}
+	if err := postJSON(ctx, client, apiURL+"/api/dispatch/jobs/batch", body, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != n {
+		return nil, fmt.Errorf("batch of %d answered with %d results", n, len(out.Results))
+	}
+	ids := make([]string, n)
+	for i, r := range out.Results {
+		if r.Status != http.StatusCreated {
+			return nil, fmt.Errorf("batch item %d: status %d: %s", i, r.Status, r.Error)
+		}
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
+}
+
+func createBenchCredentials(ctx context.Context, client *http.Client, apiURL, secret string) (string, error) {
+	body, _ := json.Marshal(map[string]string{"signingSecret": secret, "bearerToken": "bench-bearer-token"})
+	var cred struct {
+		ID string `json:"id"`
+	}
+	if err := postJSON(ctx, client, apiURL+"/api/admin/dispatch/credentials", body, http.StatusCreated, &cred); err != nil {
+		return "", fmt.Errorf("bench: create credentials: %w", err)
+	}
+	return cred.ID, nil
+}
+
+// ---------------------------------------------------------------- receiver
+
+// benchReceiver is the webhook target: it verifies each request's signature
+// and records the first arrival of every job id.
+type benchReceiver struct {
+	url      string
+	srv      *http.Server
+	done     chan error
+	verifier webhook.Verifier
+	want     int
+	all      chan struct{} // closed once every job arrived
+
+	mu            sync.Mutex
+	first         map[string]time.Time
+	last          time.Time
+	deliveries    int
+	duplicates    int
+	badSignatures int
+}
+
+func startBenchReceiver(want int, secret string) (*benchReceiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: receiver: %w", err)
+	}
+	rc := &benchReceiver{
+		url: "http://" + ln.Addr().String(), done: make(chan error, 1),
+		verifier: webhook.Verifier{Scheme: webhook.SchemeFlowCatalyst, Secrets: []string{secret}},
+		want:     want, all: make(chan struct{}), first: make(map[string]time.Time, want),
+	}
+	rc.srv = &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := rc.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			rc.done <- err
+			return
+		}
+		rc.done <- nil
+	}()
+	return rc, nil
+}
+
+func (rc *benchReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, err := rc.verifier.VerifyRequest(r)
+	at := time.Now()
+	id := r.Header.Get("X-Dispatch-Job-Id")
+	rc.mu.Lock()
+	rc.deliveries++
+	if err != nil {
+		rc.badSignatures++
+	}
+	if _, seen := rc.first[id]; seen {
+		rc.duplicates++
+	} else if id != "" {
+		rc.first[id] = at
+		rc.last = at
+		if len(rc.first) == rc.want {
+			close(rc.all)
+		}
+	}
+	rc.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+func (rc *benchReceiver) counts() (unique, deliveries, duplicates, bad int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.first), rc.deliveries, rc.duplicates, rc.badSignatures
+}
+
+func (rc *benchReceiver) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = rc.srv.Shutdown(ctx)
+	<-rc.done
+}
+
+// ---------------------------------------------------------------- service
+
+// benchService is `dispatch all` running in this process.
+type benchService struct {
+	apiURL   string
+	cancel   context.CancelFunc
+	done     chan error // run's result
+	scanning sync.WaitGroup
+	once     sync.Once
+	err      error
+}
+
+// startBenchService starts run(ctx, "all") and waits until both of its
+// listeners are up.
+func startBenchService(ctx context.Context, env []string, stderr io.Writer) (*benchService, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &benchService{cancel: cancel, done: make(chan error, 1)}
+	pr, pw := io.Pipe()
+	go func() {
+		err := run(ctx, []string{"all"}, env, pw, stderr)
+		pw.Close()
+		s.done <- err
+	}()
+	ready := make(chan string, 1)
+	s.scanning.Go(func() {
+		var apiAddr string
+		var routerUp, sent bool
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "api listening on "); ok {
+				apiAddr = v
+			}
+			if strings.HasPrefix(sc.Text(), "router listening on ") {
+				routerUp = true
+			}
+			if apiAddr != "" && routerUp && !sent {
+				ready <- "http://" + apiAddr
+				sent = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr) // keep run from blocking on stdout
+	})
+	select {
+	case s.apiURL = <-ready:
+		return s, nil
+	case err := <-s.done:
+		s.done <- err
+		s.stop()
+		return nil, fmt.Errorf("bench: dispatch all exited before listening: %v", err)
+	case <-time.After(benchStartTimeout):
+		s.stop()
+		return nil, fmt.Errorf("bench: dispatch all did not start within %s", benchStartTimeout)
+	}
+}
+
+// stop cancels run, waits for it to return and reports its error. It is
+// safe to call more than once.
+func (s *benchService) stop() error {
+	s.once.Do(func() {
+		s.cancel()
+		select {
+		case err := <-s.done:
+			if !errors.Is(err, context.Canceled) {
+				s.err = err
+			}
+		case <-time.After(benchStopTimeout):
+			s.err = fmt.Errorf("did not stop within %s", benchStopTimeout)
+			return // the scanner ends only with run
+		}
+		s.scanning.Wait()
+	})
+	return s.err
+}
+
+// benchEnv is the environment of the in-process service: the caller's,
+// minus the settings that would point it at other data or change the shape
+// of the run, plus set.
+func benchEnv(environ []string, set map[string]string) []string {
+	drop := map[string]bool{
+		"DISPATCH_QUEUE_NAME": true, "DISPATCH_QUEUE_CREATE": true, "DISPATCH_PROCESS_URL": true,
+		"DISPATCH_ROUTER_CONFIG": true, "DISPATCH_API_TOKENS": true, "DISPATCH_ADMIN_TOKEN": true,
+		"DISPATCH_INTERNAL_TOKEN": true, "DISPATCH_ENCRYPTION_KEY_PREVIOUS": true,
+		"DISPATCH_ALLOWED_TARGET_CIDRS": true,
+	}
+	out := make([]string, 0, len(environ)+len(set))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[k]; !ok && !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range set {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- database and queue
+
+// localDatabaseConfig parses dbURL and refuses servers not on this machine:
+// bench creates and drops databases.
+func localDatabaseConfig(dbURL string) (*pgx.ConnConfig, error) {
+	// pgxpool's parser takes out its pool_* settings, which the service's
+	// pool honours and a plain connection would send as server settings.
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, errors.New("bench: DATABASE_URL does not parse")
+	}
+	cfg := poolCfg.ConnConfig
+	hosts := []string{cfg.Host}
+	for _, fb := range cfg.Fallbacks {
+		hosts = append(hosts, fb.Host)
+	}
+	for _, h := range hosts {
+		if !strings.HasPrefix(h, "/") && !isLoopbackHost(h) {
+			return nil, fmt.Errorf("bench: DATABASE_URL points at %s; bench only uses a PostgreSQL server on this machine", h)
+		}
+	}
+	return cfg, nil
+}
+
+func checkLocalSQS(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("bench: AWS_ENDPOINT_URL_SQS %q is not a URL", endpoint)
+	}
+	if !isLoopbackHost(u.Hostname()) {
+		return fmt.Errorf("bench: AWS_ENDPOINT_URL_SQS points at %s; bench only uses an SQS emulator on this machine", u.Hostname())
+	}
+	return nil
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// setLocalAWSEnv gives the SDK's credential chain (which reads the process
+// environment) static local credentials, so it never looks further (shared
+// files, instance metadata) for an emulator that ignores them anyway.
+func setLocalAWSEnv() {
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1"} {
+		if os.Getenv(k) == "" {
+			_ = os.Setenv(k, v)
+		}
+	}
+}
+
+// adminConnect connects to the server of cfg, trying its own database, then
+// the maintenance databases.
+func adminConnect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	var errs []error
+	for _, db := range []string{cfg.Database, "postgres", "template1"} {
+		c := cfg.Copy()
+		c.Database = db
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("bench: connect to PostgreSQL: %w", errors.Join(errs...))
+}
+
+func createBenchDatabase(ctx context.Context, cfg *pgx.ConnConfig, name string) error {
+	conn, err := adminConnect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("bench: create database %s: %w", name, err)
+	}
+	return nil
+}
+
+func dropBenchDatabase(ctx context.Context, cfg *pgx.ConnConfig, name string, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+	defer cancel()
+	conn, err := adminConnect(ctx, cfg)
+	if err == nil {
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: could not drop database %s: %v\n", name, err)
+	}
+}
+
+// withDatabaseName returns dbURL (a URL or a keyword/value string) naming db.
+func withDatabaseName(dbURL, db string) string {
+	if strings.HasPrefix(dbURL, "postgres://") || strings.HasPrefix(dbURL, "postgresql://") {
+		if u, err := url.Parse(dbURL); err == nil {
+			u.Path = "/" + db
+			return u.String()
+		}
+	}
+	return dbURL + " dbname=" + db
+}
+
+// createBenchQueue creates a FIFO queue and returns its URL and a function
+// that deletes it.
+func createBenchQueue(ctx context.Context, endpoint, name string) (string, func(), error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: aws config: %w", err)
+	}
+	api := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(name),
+		Attributes: map[string]string{
+			"FifoQueue": "true", "ContentBasedDeduplication": "false", "VisibilityTimeout": benchVisibility,
+		},
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: create queue %s on %s (is the emulator up? make up): %w", name, endpoint, err)
+	}
+	queueURL := aws.ToString(out.QueueUrl)
+	return queueURL, func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+		defer cancel()
+		_, _ = api.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(queueURL)})
+	}, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ---------------------------------------------------------------- measurements
+
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// procStatus returns a field of /proc/self/status ("" when unavailable).
+func procStatus(field string) string {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// peakRSS is the process's peak resident set (VmHWM) in bytes, 0 if unknown.
+func peakRSS() int64 {
+	kb, _, _ := strings.Cut(procStatus("VmHWM"), " ")
+	n, err := strconv.ParseInt(kb, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n << 10
+}
+
+// processCPU is the user+system CPU time the process has used so far, from
+// /proc/self/stat (in USER_HZ, 100 per second on Linux); 0 if unknown.
+func processCPU() time.Duration {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesized command name; utime and stime are the
+	// 14th and 15th fields overall, the 12th and 13th after it.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1 // nearest rank
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func rate(n int, d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(n)/d.Seconds(), 'f', 0, 64) + "/s"
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+}
+
+func (r benchResult) write(w io.Writer, o benchOptions) {
+	mode := "single creates"
+	if o.batch > 1 {
+		mode = fmt.Sprintf("batches of %d", o.batch)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "dispatch bench\t%d jobs, %d clients, %s, pool concurrency %d\n", r.jobs, o.clients, mode, o.concurrency)
+	fmt.Fprintf(tw, "machine\t%s, %d CPUs, GOMAXPROCS %d, %s/%s, %s\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(tw, "jobs created\t%s\t(%d in %s)\n", rate(r.jobs, r.createdIn), r.jobs, r.createdIn.Round(time.Millisecond))
+	fmt.Fprintf(tw, "deliveries\t%s\t(%d in %s, end to end; %d requests, %d duplicates, %d bad signatures)\n",
+		rate(r.jobs, r.deliveredIn), r.jobs, r.deliveredIn.Round(time.Millisecond), r.deliveries, r.duplicates, r.badSignatures)
+	fmt.Fprintf(tw, "latency p50\t%s\t(create request sent → first delivery)\n", ms(percentile(r.latencies, 50)))
+	fmt.Fprintf(tw, "latency p95\t%s\n", ms(percentile(r.latencies, 95)))
+	fmt.Fprintf(tw, "latency p99\t%s\n", ms(percentile(r.latencies, 99)))
+	fmt.Fprintf(tw, "latency max\t%s\n", ms(percentile(r.latencies, 100)))
+	if r.peakRSS > 0 {
+		fmt.Fprintf(tw, "peak RSS\t%.1f MiB\t(VmHWM; api, router, clients and receiver in one process)\n", float64(r.peakRSS)/(1<<20))
+	}
+	if r.cpu > 0 {
+		fmt.Fprintf(tw, "CPU time\t%s\t(%s per job, this process only; PostgreSQL and the emulator not included)\n",
+			r.cpu.Round(10*time.Millisecond), ms(r.cpu/time.Duration(r.jobs)))
+	}
+	tw.Flush()
 }
