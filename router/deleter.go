@@ -58,11 +58,9 @@ func (d *deleter) flush(ctx context.Context) {
 	if len(pend) == 0 {
 		return
 	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-	}
+	// Shutdown must not cut a delete short: the messages would come back.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	if err := chunks(pend, func(c []string) error { return d.q.DeleteBatch(ctx, c) }); err != nil {
 		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
 	}

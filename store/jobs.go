@@ -70,18 +70,10 @@ func nullInt(n int64) *int64 {
 
 // CreateJob stores a new PENDING job and returns it with created=true, or,
 // when its idempotency key is already taken, the existing job with
-// created=false and nothing written.
+// created=false and nothing written. One INSERT … ON CONFLICT statement is
+// atomic by itself, so no explicit transaction is needed.
 func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error) {
-	var (
-		out     dispatch.Job
-		created bool
-	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		out, created, err = s.insertJob(ctx, tx, j)
-		return err
-	})
-	return out, created, err
+	return s.insertJob(ctx, s.pool, j)
 }
 
 // CreateJobs stores a batch in one transaction: all valid jobs or none.
@@ -109,11 +101,16 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	return out, created, err
 }
 
-func (s *Store) insertJob(ctx context.Context, tx pgx.Tx, j *dispatch.Job) (dispatch.Job, bool, error) {
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) insertJob(ctx context.Context, tx querier, j *dispatch.Job) (dispatch.Job, bool, error) {
 	if j.CredentialsID != 0 {
-		var ok bool
-		if err := tx.QueryRow(ctx, `SELECT true FROM dispatch_credentials WHERE id = $1`, j.CredentialsID).Scan(&ok); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
+		// Through the credentials cache: the common case costs no query.
+		if _, err := s.GetCredentials(ctx, j.CredentialsID); err != nil {
+			if dispatch.ErrorCode(err) == dispatch.ENotFound {
 				var p dispatch.Problems
 				p.Add("credentialsId", "credentials %d do not exist", j.CredentialsID)
 				return dispatch.Job{}, false, p.Err()

@@ -19,8 +19,28 @@ import (
 // order the queue hands pointers out in. A stale claim's lost attempt is
 // recorded as TIMEOUT, since its outcome is unknown.
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
-	var c dispatch.Claim
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	// Fast path, one statement: a due PENDING/FAILED job with attempts left,
+	// not expired, and no unfinished earlier job in its group.
+	c := dispatch.Claim{State: dispatch.Claimed}
+	var err error
+	c.Job, err = scanJob(s.pool.QueryRow(ctx, `
+		UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
+			last_attempt_at = $2, claimed_until = $3, updated_at = $2
+		WHERE id = $1 AND status IN ('PENDING', 'FAILED') AND attempt_count < max_retries
+			AND (expires_at IS NULL OR expires_at > $2) AND next_attempt_at <= $4
+			AND (group_id IS NULL OR NOT EXISTS (
+				SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+					AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
+		RETURNING `+jobColumns, id, now, now.Add(lease), now.Add(time.Second)))
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("store: claim job %d: %w", id, err)
+	}
+	// Anything else is decided under a row lock: why not, and what then.
+	c = dispatch.Claim{}
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.State = dispatch.ClaimMissing
@@ -133,26 +153,35 @@ func insertAttempt(ctx context.Context, tx pgx.Tx, id int64, a dispatch.Attempt,
 // either way, replacing a stale-claim placeholder, so no attempt is lost.
 // It reports whether the job took the new state.
 func (s *Store) FinishAttempt(ctx context.Context, a dispatch.Attempt, o dispatch.Transition) (bool, error) {
-	var applied bool
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		if err := insertAttempt(ctx, tx, s.NewID(), a, true); err != nil {
-			return err
-		}
-		var completedAt *time.Time
-		if o.Status.Terminal() {
-			completedAt = &a.CompletedAt
-		}
-		tag, err := tx.Exec(ctx, `
-			UPDATE dispatch_job SET status = $3, last_error = $4, next_attempt_at = $5,
-				completed_at = $6::timestamptz,
-				duration_millis = (extract(epoch FROM ($6::timestamptz - created_at)) * 1000)::bigint,
-				claimed_until = NULL, updated_at = $7
-			WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
-			a.JobID, a.AttemptNumber, string(o.Status), nullStr(o.LastError), o.NextAttemptAt,
-			completedAt, a.CompletedAt)
-		applied = tag.RowsAffected() == 1
-		return err
-	})
+	var completedAt *time.Time
+	if o.Status.Terminal() {
+		completedAt = &a.CompletedAt
+	}
+	var code *int
+	if a.ResponseCode != 0 {
+		code = &a.ResponseCode
+	}
+	// One statement, so one implicit transaction: the attempt row (replacing
+	// a stale-claim placeholder) and the job's transition commit together.
+	tag, err := s.pool.Exec(ctx, `
+		WITH attempt AS (
+			INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
+				duration_millis, status, response_code, response_body, error_message)
+			VALUES ($8, $1, $2, $9, $7, $10, $11, $12, $13, $14)
+			ON CONFLICT (job_id, attempt_number) DO UPDATE SET attempted_at = EXCLUDED.attempted_at,
+				completed_at = EXCLUDED.completed_at, duration_millis = EXCLUDED.duration_millis,
+				status = EXCLUDED.status, response_code = EXCLUDED.response_code,
+				response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message
+		)
+		UPDATE dispatch_job SET status = $3, last_error = $4, next_attempt_at = $5,
+			completed_at = $6::timestamptz,
+			duration_millis = (extract(epoch FROM ($6::timestamptz - created_at)) * 1000)::bigint,
+			claimed_until = NULL, updated_at = $7
+		WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
+		a.JobID, a.AttemptNumber, string(o.Status), nullStr(o.LastError), o.NextAttemptAt,
+		completedAt, a.CompletedAt, s.NewID(), a.AttemptedAt, a.CompletedAt.Sub(a.AttemptedAt).Milliseconds(),
+		string(a.Status), code, nullStr(a.ResponseBody), nullStr(a.ErrorMessage))
+	applied := err == nil && tag.RowsAffected() == 1
 	if err != nil {
 		return false, fmt.Errorf("store: finish attempt %d of job %d: %w", a.AttemptNumber, a.JobID, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/bwmarrin/snowflake"
@@ -58,11 +59,16 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 2*ttl)}, nil
 }
 
-// Connect opens a pgx pool and checks that the database answers.
-func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// Connect opens a pgx pool. Unless DATABASE_URL sets pool_max_conns, the
+// pool holds up to minConns connections: pgx's default (4 on two cores)
+// would make a pool of 20 deliveries queue for connections.
+func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", redactErr(err))
+	}
+	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
+		cfg.MaxConns = minConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -129,7 +129,11 @@ type app struct {
 }
 
 func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error) {
-	pool, err := store.Connect(ctx, a.cfg.DatabaseURL)
+	conns := int32(10)
+	for _, p := range a.cfg.Pools {
+		conns += int32(p.Concurrency)
+	}
+	pool, err := store.Connect(ctx, a.cfg.DatabaseURL, min(conns, 64))
 	if err != nil {
 		return nil, nil, err
 	}
