@@ -162,5 +162,6 @@ func FormatID(id int64) string { return strconv.FormatInt(id, 10) }
 // ParseID parses an id as the API shows it.
 func ParseID(s string) (int64, bool) {
 	id, err := strconv.ParseInt(s, 10, 64)
-	return id, err == nil && id > 0
+	// Canonical form only ("01" and "+1" are not ids).
+	return id, err == nil && id > 0 && strconv.FormatInt(id, 10) == s
 }

@@ -320,6 +320,9 @@ func (r *reader) pools() []Pool {
 			return nil
 		}
 		pools = file.ProcessingPools
+		if len(pools) == 0 {
+			r.fail("DISPATCH_ROUTER_CONFIG", "defines no processingPools")
+		}
 	} else {
 		for _, spec := range r.list("DISPATCH_POOLS") {
 			parts := strings.Split(spec, ":")

@@ -14,6 +14,9 @@ type Metrics struct {
 
 // NewMetrics registers the delivery metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	f := promauto.With(reg)
 	return &Metrics{
 		attempts: f.NewCounterVec(prometheus.CounterOpts{

@@ -49,6 +49,12 @@ type ProcessorConfig struct {
 
 // NewProcessor returns a Processor.
 func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),

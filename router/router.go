@@ -352,7 +352,7 @@ func (r *Router) signalSpace() {
 
 // heartbeat keeps every held message invisible while the router has it.
 func (r *Router) heartbeat(ctx context.Context) {
-	period := max(r.vis/3, time.Second)
+	period := max(r.vis/3, 250*time.Millisecond)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {

@@ -306,7 +306,10 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 // redrive), oldest first, in one transaction. It returns the new jobs.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
 	where, args := filterWhere(f)
-	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED')"
+	// Finished jobs not replayed before: running the same redrive twice
+	// does not deliver the same dead letters twice.
+	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
 	if where == "" {
 		where = " WHERE " + terminal
 	} else {

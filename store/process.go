@@ -91,6 +91,11 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			}, false); err != nil {
 				return err
 			}
+			if j.ExpiresAt != nil && !now.Before(*j.ExpiresAt) {
+				c.State = dispatch.ClaimTerminal
+				c.Job, err = finishJob(ctx, tx, j.ID, dispatch.StatusExpired, now, "expired before a delivery could be confirmed")
+				return err
+			}
 			if j.AttemptCount >= j.MaxRetries {
 				c.State = dispatch.ClaimTerminal
 				c.Job, err = finishJob(ctx, tx, j.ID, dispatch.StatusError, now,

@@ -254,6 +254,25 @@ func TestClaimJobStaleClaimExhaustsRetries(t *testing.T) {
 	}
 }
 
+func TestClaimJobStaleClaimPastExpiryExpires(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	expires := t0.Add(time.Minute)
+	j := createJob(t, st, func(j *dispatch.Job) { j.ExpiresAt = &expires })
+	claim(t, st, j.ID, t0, dispatch.Claimed)
+
+	// The holder died; by the time its claim is stale the job has expired:
+	// it must not be delivered late.
+	c := claim(t, st, j.ID, expires.Add(lease), dispatch.ClaimTerminal)
+	if c.Job.Status != dispatch.StatusExpired {
+		t.Errorf("claim result job is %s, want EXPIRED", c.Job.Status)
+	}
+	if as := attempts(t, st, j.ID); len(as) != 1 || as[0].Status != dispatch.AttemptTimeout {
+		t.Errorf("attempts = %+v, want the lost attempt recorded as TIMEOUT", as)
+	}
+}
+
 func TestFinishAttempt(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)

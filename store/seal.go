@@ -71,15 +71,27 @@ func (s *Sealer) Seal(plain, context string) ([]byte, error) {
 	return s.aead.Seal(out, nonce, []byte(plain), []byte(context)), nil
 }
 
+// ErrUnencrypted means a secret was stored in plain text (DISPATCH_INSECURE
+// without a key) and a key is configured now; `dispatch rekey` encrypts it.
+var ErrUnencrypted = errors.New("store: a credential secret is stored unencrypted; run `dispatch rekey` with DISPATCH_ENCRYPTION_KEY set to encrypt it")
+
 // Open decrypts a sealed value, trying the previous key after the current.
+// With a key configured it refuses plain-text values: one written into the
+// table behind dispatch's back must not become a signing secret.
 func (s *Sealer) Open(sealed []byte, context string) (string, error) {
+	return s.open(sealed, context, false)
+}
+
+// open is Open; allowPlain also accepts plain-text values, for Reseal,
+// which is how they get encrypted.
+func (s *Sealer) open(sealed []byte, context string, allowPlain bool) (string, error) {
 	if len(sealed) == 0 {
 		return "", ErrWrongKey
 	}
 	switch sealed[0] {
 	case sealPlain:
-		if s.aead != nil {
-			return "", errors.New("store: a credential secret is stored unencrypted; run `dispatch rekey` to encrypt it")
+		if s.aead != nil && !allowPlain {
+			return "", ErrUnencrypted
 		}
 		return string(sealed[1:]), nil
 	case sealGCM:

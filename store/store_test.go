@@ -410,8 +410,13 @@ func TestReplayJobs(t *testing.T) {
 			t.Errorf("replayed job %d, which is live or of another source", j.ReplayOf)
 		}
 	}
-	if len(got) != 3 {
-		t.Errorf("replayed %d billing jobs, want the 3 in ERROR", len(got))
+	// A redrive is idempotent: the two already replayed are not replayed again.
+	if len(got) != 1 || got[0].ReplayOf != dead[2].ID {
+		t.Errorf("replayed %d billing jobs, want only the one ERROR job not replayed before", len(got))
+	}
+	again, err := st.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "billing", Statuses: []dispatch.Status{dispatch.StatusError}}, 100)
+	if err != nil || len(again) != 0 {
+		t.Errorf("a repeated redrive replayed %d jobs (err %v), want 0", len(again), err)
 	}
 }
 
