@@ -70,8 +70,18 @@ type Router struct {
 
 	mu       sync.Mutex
 	held     map[string]*message // by SQS MessageId: buffered and in flight
+	holds    map[string]hold     // groups waiting for a failed message to come back
 	stopping bool
 	space    chan struct{} // signalled when held shrinks
+}
+
+// hold keeps a group's later jobs back after one of its messages failed:
+// the queue may hand them out before the failed one returns (the emulator
+// does not hold FIFO groups), and they must not overtake it.
+type hold struct {
+	jobID   int64     // the failed job; later jobs wait for it
+	until   time.Time // when it is due back
+	expires time.Time // the hold lifts by itself (the message may have gone to another router)
 }
 
 type message struct {
@@ -95,7 +105,8 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		q: q, med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
-		pools: map[string]*Pool{}, held: map[string]*message{}, space: make(chan struct{}, 1),
+		pools: map[string]*Pool{}, held: map[string]*message{}, holds: map[string]hold{},
+		space: make(chan struct{}, 1),
 	}
 	for _, pc := range cfg.Pools {
 		p := newPool(pc, &r.mu)
@@ -146,6 +157,10 @@ func (r *Router) Run(ctx context.Context) error {
 	go func() { defer helpers.Done(); r.heartbeat(helperCtx) }()
 
 	r.log.Info("router started", "pools", len(r.order), "visibility_timeout", vis.String())
+	// receive returns once its current poll has ended: a poll cancelled on
+	// the client side can still take messages on the queue's side, and
+	// would take the very ones released below, hiding them for a whole
+	// visibility timeout. The wait is at most ReceiveWait.
 	r.receive(ctx)
 
 	// Phase 1: no more receiving; give back what has not started.
@@ -215,7 +230,9 @@ func (r *Router) receive(ctx context.Context) {
 			}
 			continue
 		}
-		msgs, err := r.q.Receive(ctx, min(10, room), r.cfg.ReceiveWait, 0)
+		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReceiveWait+15*time.Second)
+		msgs, err := r.q.Receive(pollCtx, min(10, room), r.cfg.ReceiveWait, 0)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -227,29 +244,52 @@ func (r *Router) receive(ctx context.Context) {
 		}
 		backoff = 100 * time.Millisecond
 		r.lastRecv.Store(time.Now().UnixNano())
+		var held []*message
 		for _, m := range msgs {
-			r.accept(m)
+			if h := r.accept(m); h != nil {
+				held = append(held, h)
+			}
 		}
+		r.releaseHeld(held)
+	}
+}
+
+// releaseHeld gives back messages whose group is on hold, until the
+// failed message they must not overtake is due back.
+func (r *Router) releaseHeld(msgs []*message) {
+	now := time.Now()
+	byDelay := map[time.Duration][]*message{}
+	r.mu.Lock()
+	for _, m := range msgs {
+		h := r.holds[m.group]
+		d := max(h.until.Sub(now), 0) + time.Second
+		byDelay[d] = append(byDelay[d], m)
+	}
+	r.mu.Unlock()
+	for d, ms := range byDelay {
+		r.release(ms, d)
 	}
 }
 
 // accept routes a received message into its pool, unless it is a
 // redelivered copy of a message already held (then only its receipt handle
-// is refreshed) or cannot be parsed (then it is dropped).
-func (r *Router) accept(qm Message) {
+// is refreshed), cannot be parsed (then it is dropped), or belongs to a
+// group on hold behind an earlier failed job (then it is returned, to be
+// released).
+func (r *Router) accept(qm Message) *message {
 	r.metrics.received.Inc()
 	var ptr dispatch.Pointer
 	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
 		r.log.Error("unparseable message dropped", "message_id", qm.ID)
 		r.deleter.add(qm.Receipt)
-		return
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h, ok := r.held[qm.ID]; ok {
 		h.Receipt = qm.Receipt
 		r.metrics.duplicates.Inc()
-		return
+		return nil
 	}
 	p := r.pools[ptr.PoolCode]
 	if p == nil {
@@ -265,8 +305,16 @@ func (r *Router) accept(qm Message) {
 	}
 	jobID, _ := dispatch.ParseID(ptr.ID)
 	m := &message{Message: qm, ptr: ptr, jobID: jobID, group: group, pool: p}
+	if h, ok := r.holds[group]; ok {
+		if time.Now().After(h.expires) {
+			delete(r.holds, group)
+		} else if jobID > h.jobID {
+			return m
+		}
+	}
 	r.held[qm.ID] = m
 	p.add(m)
+	return nil
 }
 
 func (r *Router) work(ctx context.Context, p *Pool) {
@@ -299,11 +347,15 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		r.mu.Lock()
 		var released []*message
 		if err != nil {
-			// Later messages of the group must not overtake this one.
+			// Later messages of the group must not overtake this one: those
+			// buffered go back with its delay, those yet to come are held.
 			released = p.releaseLater(m)
 			for _, x := range released {
 				delete(r.held, x.ID)
 			}
+			r.holdGroup(m, delay)
+		} else if h, ok := r.holds[m.group]; ok && m.jobID >= h.jobID {
+			delete(r.holds, m.group)
 		}
 		p.finish(m)
 		delete(r.held, m.ID)
@@ -316,6 +368,19 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		}
 		r.release(append([]*message{m}, released...), delay)
 	}
+}
+
+// holdGroup records that m's group waits for m until it is due back
+// (lock held). An existing hold for an earlier job stays in charge.
+func (r *Router) holdGroup(m *message, delay time.Duration) {
+	now := time.Now()
+	h, ok := r.holds[m.group]
+	if !ok || now.After(h.expires) || m.jobID <= h.jobID {
+		h = hold{jobID: m.jobID}
+	}
+	h.until = now.Add(delay)
+	h.expires = h.until.Add(max(r.vis, 30*time.Second))
+	r.holds[m.group] = h
 }
 
 // routerBackoff is the delay after a mediation failed without an answer.
