@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -92,19 +93,6 @@ func (s *Server) createJobs(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"results": results})
-}
-
-func (s *Server) getJob(c *gin.Context) {
-	id, ok := s.pathID(c)
-	if !ok {
-		return
-	}
-	j, err := s.store.GetJob(c.Request.Context(), id)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, viewJob(j))
 }
 
 func (s *Server) searchJobs(c *gin.Context) {
@@ -219,32 +207,25 @@ func (s *Server) listAttempts(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) cancelJob(c *gin.Context) {
-	id, ok := s.pathID(c)
-	if !ok {
-		return
+// jobAction answers with the job that act returns for the path's id:
+// GET, cancel and replay differ only in the store call and the status.
+func (s *Server) jobAction(status int, act func(Store, context.Context, int64) (dispatch.Job, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id, ok := s.pathID(c)
+		if !ok {
+			return
+		}
+		j, err := act(s.store, c.Request.Context(), id)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		if status == http.StatusCreated {
+			s.metrics.jobsCreated.Inc()
+			s.notifier.Notify()
+		}
+		c.JSON(status, viewJob(j))
 	}
-	j, err := s.store.CancelJob(c.Request.Context(), id)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, viewJob(j))
-}
-
-func (s *Server) replayJob(c *gin.Context) {
-	id, ok := s.pathID(c)
-	if !ok {
-		return
-	}
-	j, err := s.store.ReplayJob(c.Request.Context(), id)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	s.metrics.jobsCreated.Inc()
-	s.notifier.Notify()
-	c.JSON(http.StatusCreated, viewJob(j))
 }
 
 // replayJobs is the dead-letter redrive: it replays finished jobs matching

@@ -136,10 +136,10 @@ func (s *Server) routes() *gin.Engine {
 	jobs.POST("/jobs/batch", s.limitBody, s.createJobs)
 	jobs.GET("/jobs", s.searchJobs)
 	jobs.POST("/jobs/replay", s.limitBody, s.replayJobs)
-	jobs.GET("/jobs/:id", s.getJob)
+	jobs.GET("/jobs/:id", s.jobAction(http.StatusOK, Store.GetJob))
 	jobs.GET("/jobs/:id/attempts", s.listAttempts)
-	jobs.POST("/jobs/:id/cancel", s.cancelJob)
-	jobs.POST("/jobs/:id/replay", s.replayJob)
+	jobs.POST("/jobs/:id/cancel", s.jobAction(http.StatusOK, Store.CancelJob))
+	jobs.POST("/jobs/:id/replay", s.jobAction(http.StatusCreated, Store.ReplayJob))
 
 	if s.processor != nil {
 		e.POST("/api/dispatch/process", s.auth("internal", tokens(s.cfg.InternalToken)), s.limitBody, s.process)
