@@ -117,7 +117,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
-	e.Use(s.recoverer, s.logRequests)
+	e.Use(s.logRequests, s.recoverer) // the logger outside, so a recovered panic is logged with its 500
 	e.NoRoute(func(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.ENotFound, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
