@@ -23,8 +23,10 @@ DISPATCH_RECEIVE_WAIT          ?= 1s
 
 BENCH_JOBS ?= 5000
 FUZZTIME   ?= 30s
-# Packages with fuzz targets, e.g. FUZZ_PKGS = ./api ./mediator
-FUZZ_PKGS  ?=
+# The short fuzz run at the end of `make test`, per fuzz target.
+TEST_FUZZTIME ?= 5s
+# Packages with fuzz targets (job validation and pointer parsing; signature verification).
+FUZZ_PKGS  ?= . ./api/webhook
 
 # Exports the devenv variables (DATABASE_URL, AWS_*) into a recipe's shell.
 DEV_ENV := eval "$$($(DEVENV) env)"
@@ -35,7 +37,7 @@ RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_RECEIVE_WAIT=$(DISPATCH_RECEIVE_WAIT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
-.PHONY: help build up down run test test/short lint bench fuzz compose/check clean distclean
+.PHONY: help build up down run test test/short test/fuzz lint bench fuzz compose/check clean distclean
 
 help: ## List targets
 	@echo "usage: make <target>   (PGPORT=$(PGPORT) SQS_PORT=$(SQS_PORT))"
@@ -54,9 +56,13 @@ down: ## Stop what `make up` started (emulator, private PostgreSQL cluster)
 run: up build ## Run `dispatch all` against the local environment
 	$(DEV_ENV); $(RUN_ENV) ./$(BIN) all
 
-test: up ## go vet + full test suite with -race against PostgreSQL and the emulator
+test: up ## go vet + full test suite with -race against PostgreSQL and the emulator, then test/fuzz
 	go vet ./...
 	$(DEV_ENV); $(TEST_ENV) go test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory test/fuzz
+
+test/fuzz: ## Short fuzz run: each fuzz target in FUZZ_PKGS for TEST_FUZZTIME (5s)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 test/short: up ## Like `test`, without -race
 	go vet ./...
@@ -71,7 +77,7 @@ bench: up ## Load benchmark (dispatch bench; more flags: BENCH_ARGS="-batch 50")
 	$(DEV_ENV); $(RUN_ENV) go run ./cmd/dispatch bench -jobs $(BENCH_JOBS) $(BENCH_ARGS)
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
 
-fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME
+fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME (30s), one at a time
 	@if [ -z "$(strip $(FUZZ_PKGS))" ]; then echo "fuzz: FUZZ_PKGS is empty, nothing to do"; exit 0; fi; \
 	for pkg in $(FUZZ_PKGS); do \
 		list="$$(go test -list '^Fuzz' "$$pkg")"; \

@@ -376,7 +376,19 @@ func validateTarget(p *Problems, raw string, rules JobRules) {
 		p.Add("targetUrl", "must not carry credentials; use credentialsId or headers")
 	case u.Fragment != "":
 		p.Add("targetUrl", "must not have a fragment")
+	case !validPort(u.Port()):
+		p.Add("targetUrl", "must have a port from 1 to 65535")
 	}
+}
+
+// validPort accepts an absent port (the scheme's default) or 1–65535;
+// url.Parse checks only that a port is digits.
+func validPort(port string) bool {
+	if port == "" {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 func validateHeaders(p *Problems, h map[string]string) {

@@ -59,14 +59,27 @@ func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credenti
 	if c, ok := s.creds.Get(key); ok {
 		return c.(dispatch.Credentials), nil
 	}
+	c, err := s.readCredentials(ctx, s.pool, id, "")
+	if err != nil {
+		return c, err
+	}
+	s.creds.SetDefault(key, c)
+	return c, nil
+}
+
+// readCredentials reads credentials from the table (never the cache) and
+// opens their secrets; lock is appended to the query ("FOR UPDATE").
+func (s *Store) readCredentials(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id int64, lock string) (dispatch.Credentials, error) {
 	var (
 		c                        dispatch.Credentials
 		bearer, secret, previous []byte
 	)
-	err := s.pool.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		SELECT id, bearer_token, signing_secret, previous_secret, previous_expires_at, algorithm,
 			signature_scheme, created_at, updated_at
-		FROM dispatch_credentials WHERE id = $1`, id).Scan(&c.ID, &bearer, &secret, &previous,
+		FROM dispatch_credentials WHERE id = $1 `+lock, id).Scan(&c.ID, &bearer, &secret, &previous,
 		&c.PreviousExpiresAt, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, notFound("credentials", id)
@@ -83,7 +96,6 @@ func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credenti
 	if c.PreviousSecret, err = s.openOpt(id, "previous_secret", previous); err != nil {
 		return c, err
 	}
-	s.creds.SetDefault(key, c)
 	return c, nil
 }
 
@@ -102,41 +114,46 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 }
 
 // RotateCredentials makes newSecret the signing secret and keeps the current
-// one valid until now+grace.
+// one valid until now+grace. The current secret is read from the table
+// under a row lock, not from the cache: a rotation another replica made a
+// moment ago, or one running at the same time, must not be lost (its new
+// secret would stop verifying at once, with no grace period).
 func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret string, grace time.Duration) (dispatch.Credentials, error) {
-	cur, err := s.GetCredentials(ctx, id)
-	if err != nil {
-		return cur, err
-	}
-	secret, err := s.sealOpt(id, "signing_secret", newSecret)
-	if err != nil {
-		return cur, err
-	}
-	previous, err := s.sealOpt(id, "previous_secret", cur.SigningSecret)
-	if err != nil {
-		return cur, err
-	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	until := now.Add(grace)
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE dispatch_credentials SET signing_secret = $2, previous_secret = $3,
-			previous_expires_at = $4, updated_at = $5
-		WHERE id = $1`, id, secret, previous, until, now)
+	var cur dispatch.Credentials
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if cur, err = s.readCredentials(ctx, tx, id, "FOR UPDATE"); err != nil {
+			return err
+		}
+		secret, err := s.sealOpt(id, "signing_secret", newSecret)
+		if err != nil {
+			return err
+		}
+		previous, err := s.sealOpt(id, "previous_secret", cur.SigningSecret)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		until := now.Add(grace)
+		if _, err := tx.Exec(ctx, `
+			UPDATE dispatch_credentials SET signing_secret = $2, previous_secret = $3,
+				previous_expires_at = $4, updated_at = $5
+			WHERE id = $1`, id, secret, previous, until, now); err != nil {
+			return fmt.Errorf("store: rotate credentials %d: %w", id, err)
+		}
+		cur.PreviousSecret, cur.PreviousExpiresAt = cur.SigningSecret, &until
+		cur.SigningSecret, cur.UpdatedAt = newSecret, now
+		return nil
+	})
 	s.creds.Delete(strconv.FormatInt(id, 10))
-	if err != nil {
-		return cur, fmt.Errorf("store: rotate credentials %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return cur, notFound("credentials", id)
-	}
-	cur.PreviousSecret, cur.PreviousExpiresAt = cur.SigningSecret, &until
-	cur.SigningSecret, cur.UpdatedAt = newSecret, now
-	return cur, nil
+	return cur, err
 }
 
 // Reseal re-encrypts every credential secret under the current key (after
 // DISPATCH_ENCRYPTION_KEY changed, with the old one as
-// DISPATCH_ENCRYPTION_KEY_PREVIOUS). It returns how many values it rewrote.
+// DISPATCH_ENCRYPTION_KEY_PREVIOUS), and encrypts values stored in plain
+// text while no key was set (DISPATCH_INSECURE). It returns how many values
+// it rewrote; any value it cannot open fails the whole run, changing nothing.
 func (s *Store) Reseal(ctx context.Context) (int, error) {
 	n := 0
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -161,7 +178,9 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 				if x.vals[i] == nil || !s.sealer.NeedsReseal(x.vals[i], sealContext(x.id, col)) {
 					continue
 				}
-				plain, err := s.openOpt(x.id, col, x.vals[i])
+				// Plain-text values (written without a key, in insecure
+				// mode) are opened too: encrypting them is what rekey is for.
+				plain, err := s.sealer.open(x.vals[i], sealContext(x.id, col), true)
 				if err != nil {
 					return fmt.Errorf("credentials %d %s: %w", x.id, col, err)
 				}
