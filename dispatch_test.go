@@ -137,3 +137,20 @@ func TestErrors(t *testing.T) {
 		t.Errorf("RetryAfter.Error() = %q", ra.Error())
 	}
 }
+
+func TestProblemsAreCapped(t *testing.T) {
+	var p dispatch.Problems
+	for i := range 5000 {
+		p.Add(fmt.Sprintf("k%d", i), "unknown field")
+	}
+	var de *dispatch.Error
+	if !errors.As(p.Err(), &de) {
+		t.Fatal("not a *dispatch.Error")
+	}
+	if len(de.Details) != dispatch.MaxDetails || de.Details[dispatch.MaxDetails-1].Message != "and 4901 more problems" {
+		t.Errorf("%d details, last %+v", len(de.Details), de.Details[len(de.Details)-1])
+	}
+	if de.Details[0].Field != "k0" {
+		t.Errorf("first detail %+v, want the first problem", de.Details[0])
+	}
+}

@@ -63,9 +63,17 @@ func (p *Problems) Add(field, format string, args ...any) {
 }
 
 // Err returns the problems as an EInvalid *Error, or nil.
+// MaxDetails caps the problems listed in one answer, so a body of a
+// million bad keys cannot make an answer eight times its size.
+const MaxDetails = 100
+
 func (p Problems) Err() error {
 	if len(p) == 0 {
 		return nil
+	}
+	if len(p) > MaxDetails {
+		more := len(p) - MaxDetails + 1
+		p = append(p[:MaxDetails-1:MaxDetails-1], FieldError{Field: "body", Message: fmt.Sprintf("and %d more problems", more)})
 	}
 	return &Error{Code: EInvalid, Message: "the request has invalid fields", Details: p}
 }
