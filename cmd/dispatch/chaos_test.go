@@ -87,18 +87,23 @@ func spawn(t *testing.T, command string, env []string) *proc {
 	}
 	ready := make(chan struct{})
 	go func() {
+		// The addresses are set once, before ready closes; the close orders
+		// these writes before the test's reads.
+		var apiURL, routerURL string
+		sent := false
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			if v, ok := strings.CutPrefix(line, "api listening on "); ok {
-				p.apiURL = "http://" + v
+				apiURL = "http://" + v
 			}
 			if v, ok := strings.CutPrefix(line, "router listening on "); ok {
-				p.routerURL = "http://" + v
+				routerURL = "http://" + v
 			}
-			if (command == "api" && p.apiURL != "") || (command != "api" && p.routerURL != "") {
+			if !sent && ((command == "api" && apiURL != "") || (command != "api" && routerURL != "")) {
+				p.apiURL, p.routerURL = apiURL, routerURL
 				close(ready)
-				ready = nil
+				sent = true
 			}
 		}
 	}()
