@@ -58,7 +58,9 @@ run: up build ## Run `dispatch all` against the local environment
 
 test: up ## go vet + full test suite with -race against PostgreSQL and the emulator, then test/fuzz
 	go vet ./...
-	$(DEV_ENV); $(TEST_ENV) go test -race -count=1 -timeout 15m ./...
+	@mkdir -p .dev && rm -f .dev/test-report.txt
+	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/test-report.txt go test -race -count=1 -timeout 15m ./...
+	@echo "== chaos figures"; cat .dev/test-report.txt 2>/dev/null || true
 	@$(MAKE) --no-print-directory test/fuzz
 
 test/fuzz: ## Short fuzz run: each fuzz target in FUZZ_PKGS for TEST_FUZZTIME (5s)

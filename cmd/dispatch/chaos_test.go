@@ -404,7 +404,7 @@ func TestSQSOutageDuringCreatesLosesNothing(t *testing.T) {
 	for _, n := range d {
 		dups += n - 1
 	}
-	t.Logf("SQS outage: %d jobs, %d delivered, %d duplicate deliveries", len(ids), len(d), dups)
+	report(t, "SQS outage: %d jobs, %d delivered, %d duplicate deliveries", len(ids), len(d), dups)
 	if len(d) != len(ids) {
 		t.Errorf("%d jobs delivered, want %d", len(d), len(ids))
 	}
@@ -502,7 +502,7 @@ func TestSIGTERMDuringLoadExitsCleanlyAndLosesNothing(t *testing.T) {
 	if took > 12*time.Second {
 		t.Errorf("took %s to exit; the deadline is 10s", took)
 	}
-	t.Logf("SIGTERM: exited in %s after %d of %d deliveries", took.Round(time.Millisecond), len(deliveries(rc)), n)
+	report(t, "SIGTERM: exited in %s (deadline 10s) after %d of %d deliveries; the rest delivered after restart", took.Round(time.Millisecond), len(deliveries(rc)), n)
 	again := startWith(t, "all", dbURL, q, nil)
 	eventually(t, 120*time.Second, func() bool { return again.countStatus("COMPLETED") == n },
 		func() string { return fmt.Sprintf("%d of %d COMPLETED", again.countStatus("COMPLETED"), n) })
@@ -603,8 +603,7 @@ func TestSoakWithRouterKills(t *testing.T) {
 	for _, n := range d {
 		dups += n - 1
 	}
-	t.Logf("soak: %d jobs, %d router kills (SIGKILL), %d delivered, %d duplicate deliveries", jobs, kills, len(d), dups)
-	fmt.Printf("soak: %d jobs, %d router kills (SIGKILL), %d delivered, %d duplicate deliveries\n", jobs, kills, len(d), dups)
+	report(t, "soak: %d jobs, %d router kills (SIGKILL), %d delivered, %d duplicate deliveries", jobs, kills, len(d), dups)
 	if len(d) != jobs {
 		t.Errorf("%d distinct jobs delivered, want %d", len(d), jobs)
 	}
@@ -654,5 +653,23 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := decodeJSON(resp, v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// report logs a chaos test's figures and appends them to the file named by
+// DISPATCH_TEST_REPORT, which `make test` prints after the run (go test
+// shows a passing test's log only with -v).
+func report(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	if path := os.Getenv("DISPATCH_TEST_REPORT"); path != "" {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Errorf("report: %v", err)
+			return
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "%s: %s\n", t.Name(), line)
 	}
 }
