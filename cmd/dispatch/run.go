@@ -206,12 +206,14 @@ func (a *app) rekey(ctx context.Context) error {
 // order on cancellation: the router first (its in-flight mediations still
 // need the processing endpoint), then the API.
 func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
-	pool, st, err := a.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if withAPI {
+	var st *store.Store
+	if withAPI { // the router alone never touches the database
+		pool, s, err := a.openStore(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st = s
 		if err := a.waitForDatabase(ctx, pool); err != nil {
 			return nil
 		}
