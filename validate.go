@@ -273,6 +273,9 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	j.Source = d.str("source", MaxSourceLen, true)
 	j.Type = d.str("type", MaxTypeLen, true)
 	j.GroupID = d.str("groupId", MaxGroupIDLen, false)
+	if j.GroupID != "" && !validGroupID(j.GroupID) {
+		p.Add("groupId", "may hold only ASCII letters, digits and punctuation (the SQS MessageGroupId alphabet; no spaces)")
+	}
 	j.IdempotencyKey = d.str("idempotencyKey", MaxIdempotencyLen, false)
 	j.TargetURL = d.str("targetUrl", MaxURLLen, true)
 	if j.TargetURL != "" {
@@ -361,6 +364,17 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 		return nil, err
 	}
 	return j, nil
+}
+
+// validGroupID reports whether s fits SQS's MessageGroupId alphabet: a job
+// whose group SQS refuses could never be published.
+func validGroupID(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 func validateTarget(p *Problems, raw string, rules JobRules) {

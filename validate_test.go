@@ -209,6 +209,8 @@ func TestParseCreateJobRejectsField(t *testing.T) {
 		{"missing type", map[string]any{"type": nil}, strict, []string{"type"}},
 		{"long type", map[string]any{"type": repeat(129)}, strict, []string{"type"}},
 		{"long groupId", map[string]any{"groupId": repeat(129)}, strict, []string{"groupId"}},
+		{"groupId with a space (SQS would refuse it)", map[string]any{"groupId": "order 42"}, strict, []string{"groupId"}},
+		{"non-ASCII groupId", map[string]any{"groupId": "commande-é"}, strict, []string{"groupId"}},
 		{"long externalId", map[string]any{"externalId": repeat(33)}, strict, []string{"externalId"}},
 		{"long idempotencyKey", map[string]any{"idempotencyKey": repeat(129)}, strict, []string{"idempotencyKey"}},
 		{"missing payload", map[string]any{"payload": nil}, strict, []string{"payload"}},

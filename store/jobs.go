@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -118,6 +119,19 @@ func (s *Store) insertJob(ctx context.Context, tx querier, j *dispatch.Job) (dis
 			return dispatch.Job{}, false, fmt.Errorf("store: check credentials: %w", err)
 		}
 	}
+	for try := 0; ; try++ {
+		out, created, err := s.insertJobOnce(ctx, tx, j)
+		var pgErr *pgconn.PgError
+		if try < 3 && errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
+			// Two processes share a snowflake node id (DISPATCH_NODE_ID
+			// unset or duplicated): take a fresh id rather than fail.
+			continue
+		}
+		return out, created, err
+	}
+}
+
+func (s *Store) insertJobOnce(ctx context.Context, tx querier, j *dispatch.Job) (dispatch.Job, bool, error) {
 	now := time.Now().UTC()
 	id := s.NewID()
 	next := now
@@ -148,6 +162,10 @@ func (s *Store) insertJob(ctx context.Context, tx querier, j *dispatch.Job) (dis
 		return out, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
+			return out, false, err // insertJob retries with a new id
+		}
 		return out, false, fmt.Errorf("store: insert job: %w", interpret(err))
 	}
 	// The idempotency key is taken: answer with the job that holds it.

@@ -60,10 +60,10 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return err
 		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
 			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
-			return nil
+			return pointerDueBack(ctx, tx, j.ID, c.Until)
 		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
 			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
-			return nil
+			return pointerDueBack(ctx, tx, j.ID, c.Until)
 		}
 		if j.GroupID != "" {
 			var pred *time.Time
@@ -76,7 +76,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 				if pred != nil && pred.After(c.Until) {
 					c.Until = *pred
 				}
-				return nil
+				return pointerDueBack(ctx, tx, j.ID, c.Until)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -114,6 +114,14 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	return c, nil
+}
+
+// pointerDueBack notes that the job's pointer is alive and due back at
+// until, so the sweep does not take a job that is only waiting (for its
+// group, its lease or its time) for a lost one and send copies.
+func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error {
+	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
+	return err
 }
 
 func derefTime(t *time.Time, def time.Time) time.Time {
@@ -194,12 +202,11 @@ func (s *Store) FinishAttempt(ctx context.Context, a dispatch.Attempt, o dispatc
 }
 
 // Unclaim gives back a claim without spending an attempt (the circuit
-// breaker was open): the job returns to FAILED (PENDING if it never had an
-// attempt) and is due again at next.
+// breaker was open): the job returns to FAILED, due again at next.
 func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error {
 	_, err := s.pool.Exec(ctx, `
 		UPDATE dispatch_job SET attempt_count = attempt_count - 1,
-			status = CASE WHEN attempt_count - 1 = 0 THEN 'PENDING' ELSE 'FAILED' END,
+			status = 'FAILED',
 			claimed_until = NULL, next_attempt_at = $3, last_error = $4, updated_at = now()
 		WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
 		j.ID, j.AttemptCount, next, reason)
@@ -213,7 +220,10 @@ func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, rea
 // (FOR UPDATE SKIP LOCKED, so replicas share the work), hands them to send,
 // and marks the ones send reports as sent. It returns how many it sent.
 func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
-	var sent []int64
+	var (
+		sent    []int64
+		sendErr error
+	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT id, COALESCE(group_id, '') FROM dispatch_job
@@ -230,16 +240,21 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 		if err != nil || len(due) == 0 {
 			return err
 		}
-		sent, err = send(due)
+		sent, sendErr = send(due)
 		if len(sent) > 0 {
-			if _, uerr := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = ANY($1)`, sent, now); uerr != nil {
-				return uerr
+			// Marked even when a later batch failed: what SQS took must not
+			// be sent again and again.
+			if _, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = ANY($1)`, sent, now); err != nil {
+				return err
 			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
-		return len(sent), fmt.Errorf("store: publish: %w", err)
+		return 0, fmt.Errorf("store: publish: %w", err)
+	}
+	if sendErr != nil {
+		return len(sent), fmt.Errorf("store: publish: %w", sendErr)
 	}
 	return len(sent), nil
 }

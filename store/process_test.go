@@ -368,7 +368,7 @@ func TestUnclaim(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)
 
-	t.Run("first attempt returns to PENDING", func(t *testing.T) {
+	t.Run("first attempt returns to FAILED without spending it", func(t *testing.T) {
 		j := createJob(t, st)
 		t0 := now()
 		next := t0.Add(30 * time.Second)
@@ -377,8 +377,8 @@ func TestUnclaim(t *testing.T) {
 			t.Fatalf("Unclaim: %v", err)
 		}
 		got := getJob(t, st, j.ID)
-		if got.Status != dispatch.StatusPending || got.AttemptCount != 0 || got.ClaimedUntil != nil {
-			t.Errorf("job = %s attempt %d claimedUntil %v, want PENDING with 0 attempts, unclaimed", got.Status, got.AttemptCount, got.ClaimedUntil)
+		if got.Status != dispatch.StatusFailed || got.AttemptCount != 0 || got.ClaimedUntil != nil {
+			t.Errorf("job = %s attempt %d claimedUntil %v, want FAILED with 0 attempts, unclaimed", got.Status, got.AttemptCount, got.ClaimedUntil)
 		}
 		if !got.NextAttemptAt.Equal(next) || got.LastError != "circuit open" {
 			t.Errorf("nextAttemptAt %v lastError %q, want %v and the reason", got.NextAttemptAt, got.LastError, next)
@@ -654,5 +654,62 @@ func TestSweepRequeuesLostPointers(t *testing.T) {
 	}
 	if !slices.Equal(unsentIDs(got), sortedIDs(stuck)) {
 		t.Errorf("republished %v, want %d", unsentIDs(got), stuck.ID)
+	}
+}
+
+func TestPublishDueMarksWhatWasSentEvenWhenALaterBatchFails(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	a, b := createJob(t, st), createJob(t, st)
+	n, err := st.PublishDue(t.Context(), now().Add(time.Second), 10, func(due []dispatch.Unsent) ([]int64, error) {
+		return []int64{a.ID}, errors.New("queue refused the second batch")
+	})
+	if err == nil || n != 1 {
+		t.Fatalf("PublishDue = %d, %v; want 1 sent and the send error", n, err)
+	}
+	if getJob(t, st, a.ID).QueuedAt == nil {
+		t.Error("the job SQS accepted is not marked queued: it would be sent again and again")
+	}
+	if getJob(t, st, b.ID).QueuedAt != nil {
+		t.Error("the job SQS did not accept is marked queued")
+	}
+}
+
+func TestSweepLeavesAJobWaitingForItsGroupAlone(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	first := createJob(t, st, withGroup("g"))
+	second := createJob(t, st, withGroup("g"))
+	markQueued(t, st, t0)
+	// The first job fails and backs off for an hour; the second is refused
+	// while it waits, each time its pointer comes by.
+	c := claim(t, st, first.ID, t0, dispatch.Claimed)
+	if _, err := st.FinishAttempt(t.Context(), dispatch.Attempt{JobID: first.ID, AttemptNumber: c.Job.AttemptCount,
+		AttemptedAt: t0, CompletedAt: t0, Status: dispatch.AttemptFailure, ResponseCode: 500},
+		dispatch.Transition{Status: dispatch.StatusFailed, NextAttemptAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(40 * time.Minute)
+	claim(t, st, second.ID, later, dispatch.ClaimBlocked)
+	// 20 minutes on, well past a 15-minute requeue threshold for its
+	// creation time, the second job's pointer is known to be due back at
+	// the hour: the sweep must not send a copy.
+	if _, requeued, err := st.Sweep(t.Context(), later.Add(20*time.Minute), 15*time.Minute); err != nil || requeued != 0 {
+		t.Errorf("Sweep requeued %d (err %v), want 0: the waiting job's pointer is alive", requeued, err)
+	}
+}
+
+// markQueued publishes every due job as if SQS took them all.
+func markQueued(t *testing.T, st *store.Store, at time.Time) {
+	t.Helper()
+	if _, err := st.PublishDue(t.Context(), at.Add(time.Second), 1000, func(due []dispatch.Unsent) ([]int64, error) {
+		ids := make([]int64, len(due))
+		for i, u := range due {
+			ids[i] = u.ID
+		}
+		return ids, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
