@@ -78,6 +78,10 @@ func (p Problems) Err() error {
 	return &Error{Code: EInvalid, Message: "the request has invalid fields", Details: p}
 }
 
+// MaxVisibilityDelay is SQS's longest visibility timeout (12 h): the
+// longest a retry can be put off in one step.
+const MaxVisibilityDelay = 43200 * time.Second
+
 // RetryAfter is the typed outcome "not done; bring the message back after
 // Delay". A mediator returns it and the router tests for it with errors.As;
 // any other non-nil error also means retry, with the router's own backoff.

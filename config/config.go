@@ -20,25 +20,24 @@ import (
 
 // Defaults (SPEC §2).
 const (
-	DefaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable"
-	DefaultHTTPAddr         = ":8080"
-	DefaultRouterAddr       = ":8081"
-	DefaultQueueName        = "dispatch.fifo"
-	DefaultProcessURL       = "http://127.0.0.1:8080/api/dispatch/process"
-	DefaultPools            = "DISPATCH-POOL:20"
-	DefaultRetryBase        = 5 * time.Second
-	DefaultRetryMax         = time.Hour
-	DefaultDeliveryTimeout  = 30 * time.Second
-	DefaultMaxPayload       = 1 << 20
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultRequeueAfter     = 15 * time.Minute
-	DefaultReceiveWait      = 20 * time.Second
-	DefaultRotationGrace    = 24 * time.Hour
-	DefaultBreakerFailures  = 5
-	DefaultBreakerOpen      = 30 * time.Second
-	DefaultLogFormat        = "json"
-	DefaultLogLevel         = "info"
-	DefaultPublishBatchSize = 100
+	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable"
+	DefaultHTTPAddr        = ":8080"
+	DefaultRouterAddr      = ":8081"
+	DefaultQueueName       = "dispatch.fifo"
+	DefaultProcessURL      = "http://127.0.0.1:8080/api/dispatch/process"
+	DefaultPools           = "DISPATCH-POOL:20"
+	DefaultRetryBase       = 5 * time.Second
+	DefaultRetryMax        = time.Hour
+	DefaultDeliveryTimeout = 30 * time.Second
+	DefaultMaxPayload      = 1 << 20
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultRequeueAfter    = 15 * time.Minute
+	DefaultReceiveWait     = 20 * time.Second
+	DefaultRotationGrace   = 24 * time.Hour
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpen     = 30 * time.Second
+	DefaultLogFormat       = "json"
+	DefaultLogLevel        = "info"
 )
 
 // Pool is one processing pool of the router.
@@ -76,6 +75,7 @@ type Config struct {
 	DeliveryTimeout       time.Duration
 	MaxPayload            int64
 	NodeID                int64
+	NodeIDDerived         bool // NodeID came from host and pid, not DISPATCH_NODE_ID
 	LogFormat             string
 	LogLevel              string
 	ShutdownTimeout       time.Duration
@@ -123,6 +123,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.PreviousEncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY_PREVIOUS")
 	c.AllowedTargetCIDRs = r.cidrs("DISPATCH_ALLOWED_TARGET_CIDRS")
 	c.NodeID = r.nodeID()
+	c.NodeIDDerived = r.str("DISPATCH_NODE_ID", "") == ""
 	c.Pools = r.pools()
 
 	if c.QueueURL == "" && c.QueueName == "" {
@@ -140,8 +141,11 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.DeliveryTimeout <= 0 || c.DeliveryTimeout > 15*time.Minute {
 		r.fail("DISPATCH_DELIVERY_TIMEOUT", "must be between 1ms and 15m")
 	}
-	if c.ReceiveWait < 0 || c.ReceiveWait > 20*time.Second {
-		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 0s and 20s (the SQS long-poll limit)")
+	if c.ReceiveWait < time.Second || c.ReceiveWait > 20*time.Second {
+		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 1s and 20s (the SQS long-poll limit)")
+	}
+	if c.RequeueAfter < time.Second {
+		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
 	}
 	if !c.Insecure {
 		if len(c.APITokens) == 0 {
@@ -172,16 +176,6 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil
-}
-
-// PoolByCode returns the pool with that code, if configured.
-func (c Config) PoolByCode(code string) (Pool, bool) {
-	for _, p := range c.Pools {
-		if p.Code == code {
-			return p, true
-		}
-	}
-	return Pool{}, false
 }
 
 type reader struct {
@@ -378,8 +372,8 @@ var known = map[string]bool{
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
 }
 
-// CheckUnknown reports DISPATCH_* variables that nothing reads: a typo
-// would otherwise silently leave a default in place.
+// CheckUnknown reports DISPATCH_* variables that nothing reads (a typo
+// would otherwise silently leave a default in place), one error per line.
 func CheckUnknown(environ []string) error {
 	var errs []error
 	for _, kv := range environ {
@@ -388,8 +382,5 @@ func CheckUnknown(environ []string) error {
 			errs = append(errs, fmt.Errorf("  %s is not a dispatch setting (a typo?)", name))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,10 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 )
+
+// ErrUnauthorized is returned by the HTTP mediator when the processing
+// endpoint refuses the internal token.
+var ErrUnauthorized = errors.New("processing endpoint refused the internal token")
 
 // HTTP is the router's mediator: it hands a pointer to the processing
 // endpoint and turns the answer into a typed outcome. It always calls its

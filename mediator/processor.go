@@ -2,7 +2,6 @@ package mediator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,9 +10,6 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 )
-
-// MaxVisibilityDelay is SQS's longest visibility timeout (12 h).
-const MaxVisibilityDelay = 43200 * time.Second
 
 // Store is what the processor needs from the job store.
 type Store interface {
@@ -74,8 +70,11 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 		p.log.Warn("pointer with a malformed job id dropped", "pointer_id", ptr.ID)
 		return dispatch.Decision{Done: true, Reason: "malformed job id"}, nil
 	}
-	// The delivery must finish and be recorded even if the router hangs up.
-	ctx = context.WithoutCancel(ctx)
+	// The delivery must finish and be recorded even if the router hangs up,
+	// but within the claim's lease: past it another processor may take the
+	// job over, and this one must not still be writing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.lease())
+	defer cancel()
 	log := p.log.With("job_id", id)
 	now := p.now().UTC()
 	c, err := p.store.ClaimJob(ctx, id, now, p.lease())
@@ -103,7 +102,7 @@ func retryAt(until, now time.Time, reason string) dispatch.Decision {
 }
 
 func clampDelay(d time.Duration) time.Duration {
-	return min(max(d, 0), MaxVisibilityDelay)
+	return min(max(d, 0), dispatch.MaxVisibilityDelay)
 }
 
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
@@ -179,6 +178,9 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	}
 	var err error
 	for try := range 5 {
+		if ctx.Err() != nil {
+			break
+		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var applied bool
 		applied, err = p.store.FinishAttempt(wctx, a, t)
@@ -200,7 +202,3 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		"duration_ms", d.CompletedAt.Sub(d.StartedAt).Milliseconds())
 	return res, nil
 }
-
-// ErrUnauthorized is returned by the HTTP mediator when the processing
-// endpoint refuses the internal token.
-var ErrUnauthorized = errors.New("processing endpoint refused the internal token")

@@ -296,8 +296,8 @@ func TestProcessOpenBreaker(t *testing.T) {
 		t.Errorf("decision %+v; want a retry because the breaker is open", d)
 	}
 	got := s.job(t, second.ID)
-	if got.Status != dispatch.StatusPending || got.AttemptCount != 0 || got.ClaimedUntil != nil {
-		t.Errorf("job %s with %d attempts, claim %v; want PENDING, no attempt spent, no claim", got.Status, got.AttemptCount, got.ClaimedUntil)
+	if got.Status != dispatch.StatusFailed || got.AttemptCount != 0 || got.ClaimedUntil != nil {
+		t.Errorf("job %s with %d attempts, claim %v; want FAILED (SPEC §6), no attempt spent, no claim", got.Status, got.AttemptCount, got.ClaimedUntil)
 	}
 	if as := s.attempts(t, second.ID); len(as) != 0 {
 		t.Errorf("attempts recorded for a job the breaker held back: %+v", as)

@@ -55,22 +55,27 @@ type Config struct {
 
 // Router moves messages from a queue into pools.
 type Router struct {
-	q        *Queue
-	med      Mediator
-	cfg      Config
-	log      *slog.Logger
-	pools    map[string]*Pool
-	order    []*Pool
-	def      *Pool
-	deleter  *deleter
-	vis      time.Duration // the queue's visibility timeout
-	maxHeld  int
-	metrics  *metrics
-	lastRecv atomic.Int64 // unix nanos of the last successful receive
+	q       *Queue
+	med     Mediator
+	cfg     Config
+	log     *slog.Logger
+	pools   map[string]*Pool
+	order   []*Pool
+	def     *Pool
+	deleter *deleter
+	vis     time.Duration // the queue's visibility timeout
+	maxHeld int
+	metrics *metrics
+	queueOK atomic.Bool // the last receive succeeded
+
+	// visMu makes visibility changes take turns, so a heartbeat that read
+	// a message's receipt before it was released cannot undo the release.
+	visMu sync.Mutex
 
 	mu       sync.Mutex
 	held     map[string]*message // by SQS MessageId: buffered and in flight
 	holds    map[string]hold     // groups waiting for a failed message to come back
+	warned   map[string]bool     // unknown pool codes already logged
 	stopping bool
 	space    chan struct{} // signalled when held shrinks
 }
@@ -105,7 +110,7 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		q: q, med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
-		pools: map[string]*Pool{}, held: map[string]*message{}, holds: map[string]hold{},
+		pools: map[string]*Pool{}, held: map[string]*message{}, holds: map[string]hold{}, warned: map[string]bool{},
 		space: make(chan struct{}, 1),
 	}
 	for _, pc := range cfg.Pools {
@@ -211,11 +216,9 @@ func (r *Router) visibilityTimeout(ctx context.Context) (time.Duration, error) {
 	}
 }
 
-// Ready reports whether the queue answered recently.
-func (r *Router) Ready() bool {
-	last := r.lastRecv.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < r.cfg.ReceiveWait+30*time.Second
-}
+// Ready reports whether the router has started and its last receive
+// succeeded. A router with every slot busy does not receive, and is ready.
+func (r *Router) Ready() bool { return r.queueOK.Load() }
 
 func (r *Router) receive(ctx context.Context) {
 	backoff := 100 * time.Millisecond
@@ -237,13 +240,14 @@ func (r *Router) receive(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			r.queueOK.Store(false)
 			r.log.Warn("receive failed; retrying", "err", err, "backoff", backoff.String())
 			sleepCtx(ctx, backoff)
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		r.lastRecv.Store(time.Now().UnixNano())
+		r.queueOK.Store(true)
 		var held []*message
 		for _, m := range msgs {
 			if h := r.accept(m); h != nil {
@@ -293,7 +297,11 @@ func (r *Router) accept(qm Message) *message {
 	}
 	p := r.pools[ptr.PoolCode]
 	if p == nil {
-		r.log.Warn("unknown pool code; using the default pool", "pool", ptr.PoolCode, "job_id", ptr.ID)
+		if !r.warned[ptr.PoolCode] {
+			r.warned[ptr.PoolCode] = true
+			r.log.Warn("unknown pool code; its messages go to the default pool (logged once per code)",
+				"pool", ptr.PoolCode, "default_pool", r.def.code)
+		}
 		p = r.def
 	}
 	group := ptr.MessageGroupID
@@ -394,7 +402,9 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	if len(msgs) == 0 {
 		return
 	}
-	delay = min(max(delay, 0), 43200*time.Second)
+	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
+	r.visMu.Lock()
+	defer r.visMu.Unlock()
 	changes := make([]Visibility, len(msgs))
 	r.mu.Lock()
 	for i, m := range msgs {
@@ -426,13 +436,21 @@ func (r *Router) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		r.visMu.Lock()
 		r.mu.Lock()
 		changes := make([]Visibility, 0, len(r.held))
 		for _, m := range r.held {
 			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: r.vis})
 		}
+		for g, h := range r.holds { // holds of groups that never came back
+			if time.Now().After(h.expires) {
+				delete(r.holds, g)
+			}
+		}
 		r.mu.Unlock()
-		if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil && ctx.Err() == nil {
+		err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) })
+		r.visMu.Unlock()
+		if err != nil && ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "err", err)
 		}
 	}

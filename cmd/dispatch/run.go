@@ -71,13 +71,23 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		return fmt.Errorf("%s takes no arguments (configure it through the environment)", cmd)
 	}
 	cfg, err := config.Load(getenv)
-	if err == nil {
-		err = config.CheckUnknown(environ)
+	if unknown := config.CheckUnknown(environ); unknown != nil {
+		if err == nil {
+			err = fmt.Errorf("invalid configuration:\n%w", unknown)
+		} else {
+			err = fmt.Errorf("%w\n%w", err, unknown) // one message, every problem
+		}
 	}
 	if err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	if cfg.NodeIDDerived && !cfg.Insecure {
+		log.Warn("DISPATCH_NODE_ID is not set; derived from host and pid. Set a distinct id (0-1023) per replica so ids never collide",
+			"node_id", cfg.NodeID)
+	} else {
+		log.Info("snowflake node", "node_id", cfg.NodeID)
+	}
 	if cfg.Insecure {
 		log.Warn("DISPATCH_INSECURE=true: routes without configured tokens are open and secrets may be stored unencrypted; never use this in production")
 	}
@@ -233,7 +243,13 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	}
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 
-	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	// With a router, the API outlives it (its in-flight mediations still
+	// need the processing endpoint) and stops when it has stopped.
+	apiParent := ctx
+	if withRouter {
+		apiParent = context.WithoutCancel(ctx)
+	}
+	apiCtx, stopAPI := context.WithCancel(apiParent)
 	defer stopAPI()
 	g, gctx := errgroup.WithContext(apiCtx)
 	processURL := a.cfg.ProcessURL
@@ -286,11 +302,16 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
 		}
 		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
+		// The router stops on the signal, or when anything else in the
+		// process has failed (gctx), and then lets the API stop.
+		routerCtx, stopRouter := context.WithCancel(ctx)
+		defer stopRouter()
+		context.AfterFunc(gctx, stopRouter)
 		routerDone := make(chan struct{})
 		g.Go(func() error {
 			defer close(routerDone)
-			defer stopAPI() // the API outlives the router, then stops
-			return rt.Run(ctx)
+			defer stopAPI()
+			return rt.Run(routerCtx)
 		})
 		srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
@@ -303,14 +324,6 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			}
 			return nil
 		})
-	} else {
-		go func() {
-			select {
-			case <-ctx.Done():
-			case <-apiCtx.Done():
-			}
-			stopAPI()
-		}()
 	}
 	err = g.Wait()
 	a.log.Info("stopped")

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestStartReportsEveryConfigurationProblemAtOnce(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"api"}, []string{
+		"DISPATCH_INSECURE=true",
+		"DISPATCH_RETRY_BASE=soon",    // invalid value
+		"DISPATCH_RECEIVE_WAIT=0s",    // below the floor: a busy receive loop
+		"DISPATCH_REQUEUE_AFTER=0s",   // would requeue every live job each second
+		"DISPATCH_DELIVERY_TIMOUT=5s", // a typo of a real setting
+	}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("start succeeded with an invalid configuration")
+	}
+	for _, name := range []string{"DISPATCH_RETRY_BASE", "DISPATCH_RECEIVE_WAIT", "DISPATCH_REQUEUE_AFTER", "DISPATCH_DELIVERY_TIMOUT"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("the start-up error does not name %s:\n%v", name, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "invalid configuration"); n != 1 {
+		t.Errorf("the problems came in %d messages, want one:\n%v", n, err)
+	}
+	if strings.Contains(stdout.String(), "listening") {
+		t.Error("it listened although the configuration is invalid")
+	}
+}
