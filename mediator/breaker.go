@@ -28,7 +28,9 @@ type hostBreaker struct {
 // NewBreakers opens a host's breaker after `failures` consecutive retryable
 // failures and keeps it open for `open`. failures = 0 disables breaking.
 func NewBreakers(failures int, open time.Duration) *Breakers {
-	return &Breakers{failures: uint32(failures), open: open, byHost: cache.New(time.Hour, 10*time.Minute)}
+	// No janitor goroutine (it would have no owner): expired breakers are
+	// pruned when a new host is added instead.
+	return &Breakers{failures: uint32(failures), open: open, byHost: cache.New(time.Hour, 0)}
 }
 
 func (b *Breakers) get(host string) *hostBreaker {
@@ -37,6 +39,9 @@ func (b *Breakers) get(host string) *hostBreaker {
 	if hb, ok := b.byHost.Get(host); ok {
 		b.byHost.SetDefault(host, hb) // refresh the idle timer
 		return hb.(*hostBreaker)
+	}
+	if b.byHost.ItemCount() >= 1024 {
+		b.byHost.DeleteExpired()
 	}
 	hb := &hostBreaker{}
 	hb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

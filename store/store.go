@@ -56,7 +56,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if ttl == 0 {
 		ttl = time.Minute
 	}
-	return &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 2*ttl)}, nil
+	// No janitor goroutine (cleanup interval 0): it would outlive the
+	// Store with no owner. Expired entries are never served, and there are
+	// only as many as there are credentials.
+	return &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}, nil
 }
 
 // Connect opens a pgx pool. Unless DATABASE_URL sets pool_max_conns, the
