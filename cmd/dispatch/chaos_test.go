@@ -673,3 +673,42 @@ func report(t *testing.T, format string, args ...any) {
 		fmt.Fprintf(f, "%s: %s\n", t.Name(), line)
 	}
 }
+
+func TestAPIKilledMidDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	arrived := make(chan struct{})
+	var once sync.Once
+	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
+		if n == 1 {
+			once.Do(func() { close(arrived) })
+			time.Sleep(3 * time.Second) // the first request is slow; its sender dies meanwhile
+		}
+		return http.StatusOK
+	})
+	apiPort := freePort(t)
+	apiEnv := baseEnv(dbURL, q, map[string]string{
+		"DISPATCH_HTTP_ADDR":        fmt.Sprintf("127.0.0.1:%d", apiPort),
+		"DISPATCH_DELIVERY_TIMEOUT": "2s", // claim lease 2×2s+15s
+	})
+	api1 := spawn(t, "api", apiEnv)
+	in := &instance{t: t, apiURL: api1.apiURL, queue: q, dbURL: dbURL}
+	startWith(t, "router", dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": api1.apiURL + "/api/dispatch/process"})
+	j := in.createJob(jobBody(rc.URL, nil))
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("delivery never started")
+	}
+	api1.kill() // SIGKILL while the webhook request is open: its outcome is never recorded
+	spawn(t, "api", apiEnv)
+	// The router retries the pointer; the new API waits out the dead claim,
+	// takes it over, records the lost attempt and delivers again.
+	done := in.waitStatus(j.ID, 60*time.Second, "COMPLETED", "ERROR")
+	at := in.attempts(j.ID)
+	if done.Status != "COMPLETED" || len(at) != 2 || at[0].Status != "TIMEOUT" || at[1].Status != "SUCCESS" {
+		t.Fatalf("job %s with attempts %+v; want COMPLETED after a TIMEOUT (outcome unknown) and a SUCCESS", done.Status, at)
+	}
+	report(t, "API SIGKILL mid-delivery: lost attempt recorded as TIMEOUT, job COMPLETED on attempt 2; the target got %d requests (the kill's one duplicate)", rc.count())
+}
