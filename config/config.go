@@ -372,6 +372,9 @@ var known = map[string]bool{
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
 }
 
+// IsSetting reports whether name is a variable Load reads.
+func IsSetting(name string) bool { return known[name] || name == "DATABASE_URL" }
+
 // CheckUnknown reports DISPATCH_* variables that nothing reads (a typo
 // would otherwise silently leave a default in place), one error per line.
 func CheckUnknown(environ []string) error {

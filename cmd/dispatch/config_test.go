@@ -31,3 +31,26 @@ func TestStartReportsEveryConfigurationProblemAtOnce(t *testing.T) {
 		t.Error("it listened although the configuration is invalid")
 	}
 }
+
+func TestFlagsOverrideTheEnvironment(t *testing.T) {
+	got, err := settingFlags([]string{"--http-addr=127.0.0.1:9999", "--log-level", "debug", "--database-url=postgres://x/y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"DISPATCH_HTTP_ADDR=127.0.0.1:9999", "DISPATCH_LOG_LEVEL=debug", "DATABASE_URL=postgres://x/y"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("settingFlags = %v, want %v", got, want)
+	}
+	for _, bad := range [][]string{{"--no-such-setting=1"}, {"--http-addr"}, {"stray"}} {
+		if _, err := settingFlags(bad); err == nil {
+			t.Errorf("settingFlags(%v) accepted it", bad)
+		}
+	}
+	// Through run: the flag's bad value wins over a good environment value.
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"api", "--retry-base", "soon"},
+		[]string{"DISPATCH_INSECURE=true", "DISPATCH_RETRY_BASE=5s"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "DISPATCH_RETRY_BASE") {
+		t.Errorf("run with --retry-base soon: %v, want an error naming DISPATCH_RETRY_BASE", err)
+	}
+}

@@ -41,7 +41,9 @@ commands:
   bench     push jobs through the whole pipeline and report throughput
   version   print the version
 
-Configuration comes from the environment; see README.md.`
+Configuration comes from the environment (see README.md); every setting is
+also a flag that overrides it: DISPATCH_HTTP_ADDR=:9090 or --http-addr=:9090,
+DATABASE_URL or --database-url.`
 
 // run is the whole program; main only adds signals and the exit code.
 func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
@@ -67,9 +69,12 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
-	if len(args) > 0 {
-		return fmt.Errorf("%s takes no arguments (configure it through the environment)", cmd)
+	overrides, err := settingFlags(args)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
+	environ = append(environ, overrides...) // flags override the environment
+	getenv = envLookup(environ)
 	cfg, err := config.Load(getenv)
 	if unknown := config.CheckUnknown(environ); unknown != nil {
 		if err == nil {
@@ -107,6 +112,36 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	default:
 		return a.run(ctx, true, true)
 	}
+}
+
+// settingFlags turns --name=value (or --name value) into NAME=value
+// environment entries: --http-addr :9090 is DISPATCH_HTTP_ADDR=:9090 and
+// --database-url is DATABASE_URL. Every setting is a flag; no other is.
+func settingFlags(args []string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, ok := strings.CutPrefix(args[i], "--")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("unexpected argument %q (settings are --name=value flags or DISPATCH_* variables)", args[i])
+		}
+		name, value, hasValue := strings.Cut(name, "=")
+		if !hasValue {
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("--%s needs a value", name)
+			}
+			i++
+			value = args[i]
+		}
+		env := "DISPATCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if name == "database-url" {
+			env = "DATABASE_URL"
+		}
+		if !config.IsSetting(env) {
+			return nil, fmt.Errorf("unknown flag --%s (each DISPATCH_* setting is a flag: DISPATCH_HTTP_ADDR is --http-addr)", name)
+		}
+		out = append(out, env+"="+value)
+	}
+	return out, nil
 }
 
 func envLookup(environ []string) func(string) string {
