@@ -161,6 +161,11 @@ func (r *Router) Run(ctx context.Context) error {
 	go func() { defer helpers.Done(); r.deleter.run(helperCtx) }()
 	go func() { defer helpers.Done(); r.heartbeat(helperCtx) }()
 
+	// The shutdown deadline counts from the signal, not from the end of
+	// the last poll, so the whole stop fits in ShutdownTimeout.
+	deadline := make(chan time.Time, 1)
+	stopWatch := context.AfterFunc(ctx, func() { deadline <- time.Now().Add(r.cfg.ShutdownTimeout) })
+	defer stopWatch()
 	r.log.Info("router started", "pools", len(r.order), "visibility_timeout", vis.String())
 	// receive returns once its current poll has ended: a poll cancelled on
 	// the client side can still take messages on the queue's side, and
@@ -187,7 +192,7 @@ func (r *Router) Run(ctx context.Context) error {
 	go func() { workers.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(r.cfg.ShutdownTimeout):
+	case <-time.After(time.Until(<-deadline)):
 		r.log.Warn("shutdown deadline reached; cancelling in-flight mediations")
 		cancelWork()
 		<-done
