@@ -1,15 +1,8 @@
 package api
 
 import (
-	"log/slog"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-)
-
-const (
-	slogDebug = slog.LevelDebug
-	slogError = slog.LevelError
 )
 
 type metricsRegisterer = prometheus.Registerer

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -100,9 +101,9 @@ func (s *Server) logRequests(c *gin.Context) {
 		route = "unmatched"
 	}
 	s.metrics.requests.WithLabelValues(c.Request.Method, route, http.StatusText(c.Writer.Status())).Inc()
-	level := slogDebug
+	level := slog.LevelDebug
 	if c.Writer.Status() >= 500 {
-		level = slogError
+		level = slog.LevelError
 	}
 	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "route", route,
 		"status", c.Writer.Status(), "duration_ms", time.Since(start).Milliseconds())

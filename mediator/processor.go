@@ -192,7 +192,10 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 			break
 		}
 		log.Warn("cannot record attempt yet", "err", err, "try", try+1)
-		time.Sleep(time.Duration(math.Pow(2, float64(try))) * 200 * time.Millisecond)
+		select { // back off, but never past the lease (ctx)
+		case <-ctx.Done():
+		case <-time.After(time.Duration(math.Pow(2, float64(try))) * 200 * time.Millisecond):
+		}
 	}
 	if err != nil {
 		return dispatch.Decision{}, fmt.Errorf("record attempt: %w", err)
