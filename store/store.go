@@ -6,7 +6,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -78,6 +80,26 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 		return nil, fmt.Errorf("store: connect: %w", redactErr(err))
 	}
 	return pool, nil
+}
+
+// SchemaVersion identifies the embedded migrations: a short hash of their
+// names and contents. Test harnesses key cached template databases by it, so
+// a checkout with other migrations never reuses a template made by another.
+func SchemaVersion() string {
+	h := sha256.New()
+	_ = fs.WalkDir(migrations, "migrations", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := migrations.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // Migrate applies the embedded migrations under tern's advisory lock, so

@@ -21,9 +21,10 @@ import (
 	"github.com/dispatchhq/dispatch/store"
 )
 
-// templateDB holds the migrated schema; bump the suffix when migrations change
-// in a way an existing template would not pick up (it is re-migrated anyway).
-const templateDB = "dispatch_test_template"
+// templateDB holds the migrated schema. Its name carries the hash of the
+// embedded migrations, so checkouts with different migrations (branches,
+// worktrees, an edited migration) never share a template.
+var templateDB = "dispatch_test_tpl_" + store.SchemaVersion()
 
 var templateOnce sync.Once
 var templateErr error
