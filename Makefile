@@ -17,9 +17,6 @@ DISPATCH_INSECURE              ?= true
 DISPATCH_QUEUE_CREATE          ?= true
 DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
-# The bundled emulator ends a long poll early only when 10 messages are
-# ready, so a short wait keeps single deliveries quick locally.
-DISPATCH_RECEIVE_WAIT          ?= 1s
 
 BENCH_JOBS ?= 5000
 FUZZTIME   ?= 30s
@@ -33,8 +30,7 @@ DEV_ENV := eval "$$($(DEVENV) env)"
 RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_QUEUE_CREATE=$(DISPATCH_QUEUE_CREATE) \
 	DISPATCH_ALLOW_PRIVATE_TARGETS=$(DISPATCH_ALLOW_PRIVATE_TARGETS) \
-	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT) \
-	DISPATCH_RECEIVE_WAIT=$(DISPATCH_RECEIVE_WAIT)
+	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
 .PHONY: help build up down run test test/short test/fuzz lint bench fuzz compose/check clean distclean
@@ -47,16 +43,16 @@ help: ## List targets
 build: ## Build bin/dispatch
 	go build -o $(BIN) ./cmd/dispatch
 
-up: ## Start PostgreSQL (if none answers) and the bundled SQS emulator
+up: ## Start PostgreSQL (if none answers) and the SQS stand-in (cmd/sqsfake)
 	$(DEVENV) up
 
-down: ## Stop what `make up` started (emulator, private PostgreSQL cluster)
+down: ## Stop what `make up` started (SQS stand-in, private PostgreSQL cluster)
 	$(DEVENV) down
 
 run: up build ## Run `dispatch all` against the local environment
 	$(DEV_ENV); $(RUN_ENV) ./$(BIN) all
 
-test: up ## go vet + full test suite with -race against PostgreSQL and the emulator, then test/fuzz
+test: up ## go vet + full test suite with -race against PostgreSQL and the SQS stand-in, then test/fuzz
 	go vet ./...
 	@mkdir -p .dev && rm -f .dev/test-report.txt
 	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/test-report.txt go test -race -count=1 -timeout 15m ./...
@@ -102,5 +98,5 @@ compose/check: ## Check that docker-compose.yml parses
 clean: ## Remove build and test outputs
 	rm -rf bin/ *.out *.test
 
-distclean: clean down ## clean + stop services, remove .dev/ and emulator node_modules
-	rm -rf .dev/ localstack/emulator/node_modules
+distclean: clean down ## clean + stop services, remove .dev/
+	rm -rf .dev/

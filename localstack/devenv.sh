@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local development environment for dispatch: PostgreSQL + the bundled SQS emulator.
+# Local development environment for dispatch: PostgreSQL + the SQS stand-in (cmd/sqsfake).
 #
 #   localstack/devenv.sh up     bring up whatever is missing (idempotent)
 #   localstack/devenv.sh down   stop what `up` started (never the system cluster)
@@ -13,10 +13,10 @@ PGPORT="${PGPORT:-5432}"
 SQS_PORT="${SQS_PORT:-9324}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-EMULATOR_DIR="$ROOT/localstack/emulator"
 DEV_DIR="$ROOT/.dev"
 SQS_PID_FILE="$DEV_DIR/sqs.pid"
 SQS_LOG="$DEV_DIR/sqs.log"
+SQS_BIN="$DEV_DIR/bin/sqsfake"
 
 PG_DATA=/tmp/dispatch-pg
 PG_LOG=/tmp/dispatch-pg.log
@@ -156,28 +156,19 @@ pg_down() {
   log "postgres: stopped private cluster in $PG_DATA"
 }
 
-# ---------------------------------------------------------------- SQS emulator
+# ---------------------------------------------------------------- SQS stand-in
+
+# The stand-in (localstack/sqsfake, served by cmd/sqsfake) is built from this
+# checkout with the Go toolchain: nothing to download, nothing but Go needed.
 
 sqs_answers() {
-  local url="http://127.0.0.1:$SQS_PORT/"
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsS -m 2 -o /dev/null -X POST "$url" \
-      -H 'Content-Type: application/x-amz-json-1.0' \
-      -H 'X-Amz-Target: AmazonSQS.ListQueues' \
-      --data '{}' >/dev/null 2>&1
-  else
-    node -e '
-      const req = require("http").request(process.argv[1], {
-        method: "POST", timeout: 2000,
-        headers: {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"},
-      }, (res) => { res.resume(); process.exit(res.statusCode >= 200 && res.statusCode < 300 ? 0 : 1); });
-      req.on("error", () => process.exit(1));
-      req.on("timeout", () => { req.destroy(); process.exit(1); });
-      req.end("{}");' "$url" >/dev/null 2>&1
-  fi
+  curl -fsS -m 2 -o /dev/null -X POST "http://127.0.0.1:$SQS_PORT/" \
+    -H 'Content-Type: application/x-amz-json-1.0' \
+    -H 'X-Amz-Target: AmazonSQS.ListQueues' \
+    --data '{}' >/dev/null 2>&1
 }
 
-# Prints the pid recorded by `up` if that process is still our emulator.
+# Prints the pid recorded by `up` if that process is still our stand-in.
 sqs_recorded_pid() {
   [ -f "$SQS_PID_FILE" ] || return 1
   local pid
@@ -185,57 +176,54 @@ sqs_recorded_pid() {
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   if [ -r "/proc/$pid/cmdline" ]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'server\.js' || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'sqsfake' || return 1
   fi
   echo "$pid"
 }
 
 sqs_up() {
+  command -v curl >/dev/null 2>&1 || die "sqs: curl not found (apt-get install curl)"
   if sqs_answers; then
     log "sqs: already answering on 127.0.0.1:$SQS_PORT"
     return 0
   fi
-  command -v node >/dev/null 2>&1 || die "sqs: node not found (install Node.js and npm)"
   mkdir -p "$DEV_DIR"
-  local pid installed=""
+  local pid
   if pid="$(sqs_recorded_pid)"; then
-    die "sqs: an emulator started earlier (pid $pid, see $SQS_PID_FILE) is running but does not answer on port $SQS_PORT; run '$0 down' first"
+    die "sqs: a stand-in started earlier (pid $pid, see $SQS_PID_FILE) is running but does not answer on port $SQS_PORT; run '$0 down' first"
   fi
-  if [ ! -d "$EMULATOR_DIR/node_modules" ]; then
-    command -v npm >/dev/null 2>&1 || die "sqs: npm not found"
-    if ! (cd "$EMULATOR_DIR" && npm ci --no-audit --no-fund) >"$DEV_DIR/npm-ci.log" 2>&1; then
-      tail -20 "$DEV_DIR/npm-ci.log" >&2
-      die "sqs: npm ci failed in $EMULATOR_DIR (log: $DEV_DIR/npm-ci.log)"
-    fi
-    installed="installed emulator packages (npm ci), "
+  command -v go >/dev/null 2>&1 || die "sqs: go not found (the stand-in is built from this checkout)"
+  if ! (cd "$ROOT" && go build -o "$SQS_BIN" ./cmd/sqsfake) >"$DEV_DIR/sqsfake-build.log" 2>&1; then
+    tail -20 "$DEV_DIR/sqsfake-build.log" >&2
+    die "sqs: building cmd/sqsfake failed (log: $DEV_DIR/sqsfake-build.log)"
   fi
-  nohup node "$EMULATOR_DIR/server.js" "$SQS_PORT" >"$SQS_LOG" 2>&1 </dev/null &
+  nohup "$SQS_BIN" -addr "127.0.0.1:$SQS_PORT" >"$SQS_LOG" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$SQS_PID_FILE"
   local i
   for ((i = 0; i < 60; i++)); do
     if sqs_answers; then
-      log "sqs: ${installed}started emulator on 127.0.0.1:$SQS_PORT (pid $pid, log $SQS_LOG)"
+      log "sqs: started the SQS stand-in on 127.0.0.1:$SQS_PORT (pid $pid, log $SQS_LOG; in memory)"
       return 0
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$SQS_PID_FILE"
       tail -20 "$SQS_LOG" >&2
-      die "sqs: emulator exited during start (log: $SQS_LOG)"
+      die "sqs: stand-in exited during start (log: $SQS_LOG)"
     fi
     sleep 0.25
   done
   kill "$pid" 2>/dev/null || true
   rm -f "$SQS_PID_FILE"
   tail -20 "$SQS_LOG" >&2
-  die "sqs: emulator did not answer on 127.0.0.1:$SQS_PORT within 15 s (log: $SQS_LOG)"
+  die "sqs: stand-in did not answer on 127.0.0.1:$SQS_PORT within 15 s (log: $SQS_LOG)"
 }
 
 sqs_down() {
   local pid
   if ! pid="$(sqs_recorded_pid)"; then
     rm -f "$SQS_PID_FILE"
-    log "sqs: no emulator started by devenv is running"
+    log "sqs: no stand-in started by devenv is running"
     return 0
   fi
   kill "$pid" 2>/dev/null || true
@@ -248,7 +236,7 @@ sqs_down() {
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$SQS_PID_FILE"
-  log "sqs: stopped emulator (pid $pid)"
+  log "sqs: stopped the stand-in (pid $pid)"
 }
 
 # ---------------------------------------------------------------- main

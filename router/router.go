@@ -167,10 +167,11 @@ func (r *Router) Run(ctx context.Context) error {
 	stopWatch := context.AfterFunc(ctx, func() { deadline <- time.Now().Add(r.cfg.ShutdownTimeout) })
 	defer stopWatch()
 	r.log.Info("router started", "pools", len(r.order), "visibility_timeout", vis.String())
-	// receive returns once its current poll has ended: a poll cancelled on
-	// the client side can still take messages on the queue's side, and
-	// would take the very ones released below, hiding them for a whole
-	// visibility timeout. The wait is at most ReceiveWait.
+	// receive returns at once: its long poll is cancelled with ctx, so a
+	// stop does not wait out a 20 s poll. (The SQS stand-in takes nothing
+	// for a poll whose client has gone; real SQS may still hand that poll a
+	// message, which then comes back after its visibility timeout: later,
+	// never lost.)
 	r.receive(ctx)
 
 	// Phase 1: no more receiving; give back what has not started.
@@ -238,7 +239,7 @@ func (r *Router) receive(ctx context.Context) {
 			}
 			continue
 		}
-		pollCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReceiveWait+15*time.Second)
+		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.ReceiveWait+15*time.Second)
 		msgs, err := r.q.Receive(pollCtx, min(10, room), r.cfg.ReceiveWait, 0)
 		cancel()
 		if err != nil {

@@ -173,7 +173,6 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 		"DISPATCH_ALLOW_PRIVATE_TARGETS": "true",
 		"DISPATCH_HTTP_ADDR":             "127.0.0.1:0",
 		"DISPATCH_ROUTER_ADDR":           "127.0.0.1:0",
-		"DISPATCH_RECEIVE_WAIT":          "1s",
 		"DISPATCH_POOLS":                 fmt.Sprintf("DISPATCH-POOL:%d", o.concurrency),
 		"DISPATCH_LOG_LEVEL":             "warn",
 		"DISPATCH_AUTO_MIGRATE":          "true",

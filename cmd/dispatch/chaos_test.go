@@ -2,10 +2,10 @@ package main
 
 // Chaos tests (issue 3): each causes a real failure between two steps of
 // the pipeline — a router killed with SIGKILL, a send that fails, the SQS
-// emulator stopped and restarted, PostgreSQL restarted, SIGTERM under load —
-// and checks that no job is lost. They use private processes (their own
-// emulator, their own PostgreSQL cluster) so the shared ones stay up for
-// the tests running beside them.
+// stand-in stopped and restarted empty, PostgreSQL restarted, SIGTERM under
+// load — and checks that no job is lost. They use private services (their
+// own SQS stand-in, their own PostgreSQL cluster) so the shared ones stay up
+// for the tests running beside them.
 
 import (
 	"bufio"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/dispatchhq/dispatch/localstack/sqsfake"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -170,11 +171,14 @@ func envList(m map[string]string) []string {
 	return out
 }
 
-// emulator is a private SQS emulator process that a test may stop.
+// emulator is a private SQS stand-in that a test may stop and restart on
+// the same port; a restart loses every queue and message, as a restart of
+// the stand-in binary (or the loss of a queue) does.
 type emulator struct {
 	t    *testing.T
 	port int
-	cmd  *exec.Cmd
+	srv  *http.Server
+	done chan struct{}
 }
 
 func startEmulator(t *testing.T, port int) *emulator {
@@ -189,28 +193,25 @@ func (e *emulator) url() string { return fmt.Sprintf("http://127.0.0.1:%d", e.po
 
 func (e *emulator) start() {
 	e.t.Helper()
-	e.cmd = exec.Command("node", "../../localstack/emulator/server.js", strconv.Itoa(e.port))
-	if err := e.cmd.Start(); err != nil {
-		e.t.Fatalf("start emulator (node): %v", err)
-	}
+	var ln net.Listener
 	eventually(e.t, 15*time.Second, func() bool {
-		req, _ := http.NewRequest("POST", e.url(), strings.NewReader("{}"))
-		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
-		req.Header.Set("X-Amz-Target", "AmazonSQS.ListQueues")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return true
-	}, func() string { return "private emulator did not answer" })
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", e.port))
+		return err == nil
+	}, func() string { return fmt.Sprintf("port %d did not come free for the stand-in", e.port) })
+	e.srv = &http.Server{Handler: sqsfake.New().Handler(), ReadHeaderTimeout: 10 * time.Second}
+	e.done = make(chan struct{})
+	go func(srv *http.Server, done chan struct{}) {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}(e.srv, e.done)
 }
 
 func (e *emulator) stop() {
-	if e.cmd != nil && e.cmd.Process != nil {
-		_ = e.cmd.Process.Kill()
-		_ = e.cmd.Wait()
-		e.cmd = nil
+	if e.srv != nil {
+		_ = e.srv.Close()
+		<-e.done
+		e.srv = nil
 	}
 }
 

@@ -79,7 +79,6 @@ func baseEnv(dbURL string, q sqstest.Queue, overrides map[string]string) []strin
 		"DISPATCH_ALLOW_PRIVATE_TARGETS": "true",
 		"DISPATCH_RETRY_BASE":            "1s",
 		"DISPATCH_RETRY_MAX":             "10s",
-		"DISPATCH_RECEIVE_WAIT":          "1s",
 		"DISPATCH_DELIVERY_TIMEOUT":      "5s",
 		"DISPATCH_SHUTDOWN_TIMEOUT":      "10s",
 		"DISPATCH_LOG_LEVEL":             "debug",
