@@ -1,6 +1,9 @@
 package dispatch
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // ClaimState says what an attempt to claim a job for delivery found.
 type ClaimState int
@@ -39,6 +42,16 @@ type Transition struct {
 type Unsent struct {
 	ID      int64
 	GroupID string
+	Gen     int // pointer generation: bumped by each deliberate re-send
+}
+
+// DeduplicationID is the pointer's SQS deduplication id: the job id, plus
+// the generation once the pointer has been deliberately sent again.
+func (u Unsent) DeduplicationID() string {
+	if u.Gen == 0 {
+		return FormatID(u.ID)
+	}
+	return FormatID(u.ID) + "-" + strconv.Itoa(u.Gen)
 }
 
 // MessageGroupID is the pointer's FIFO group.

@@ -92,6 +92,7 @@ type Job struct {
 	QueuedAt           *time.Time
 	NextAttemptAt      *time.Time
 	ClaimedUntil       *time.Time
+	PointerGen         int // bumped by each deliberate re-send of its pointer
 }
 
 // MessageGroupID is the FIFO group of the job's pointer: its groupId, or its

@@ -92,7 +92,9 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	case dispatch.ClaimNotDue:
 		return retryAt(c.Until, now, "job is not due yet"), nil
 	case dispatch.ClaimBlocked:
-		return retryAt(c.Until, now, "an earlier job of its group is unfinished"), nil
+		// The store took this pointer out of the queue (it is sent again
+		// later, behind its group): acknowledge this copy.
+		return dispatch.Decision{Done: true, Reason: "an earlier job of its group is unfinished; pointer re-queued behind it"}, nil
 	}
 	return p.deliver(ctx, log, c.Job)
 }

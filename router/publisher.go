@@ -118,7 +118,7 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 				ID: id, PoolCode: p.cfg.PoolCode, MediationType: "HTTP",
 				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(),
 			})
-			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: id}
+			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
 		}
 		ok, err := p.q.SendBatch(ctx, entries)
 		for _, i := range ok {

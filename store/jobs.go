@@ -18,7 +18,7 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 	protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
 	retry_strategy, scheduled_for, expires_at, attempt_count, last_attempt_at, completed_at,
 	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
-	next_attempt_at, claimed_until`
+	next_attempt_at, claimed_until, pointer_gen`
 
 func scanJob(row pgx.Row) (dispatch.Job, error) {
 	var (
@@ -31,7 +31,7 @@ func scanJob(row pgx.Row) (dispatch.Job, error) {
 		&j.TargetURL, &j.Protocol, &j.Headers, &j.Payload, &j.PayloadContentType, &credID,
 		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
 		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
-		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil)
+		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen)
 	if err != nil {
 		return j, err
 	}

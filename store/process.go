@@ -72,11 +72,11 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 				WHERE group_id = $1 AND id < $2 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
 				ORDER BY id LIMIT 1`, j.GroupID, j.ID).Scan(&pred)
 			if err == nil {
-				c.State, c.Until = dispatch.ClaimBlocked, now.Add(time.Second)
+				c.State, c.Until = dispatch.ClaimBlocked, now.Add(stepAsideDelay(j.PointerGen))
 				if pred != nil && pred.After(c.Until) {
 					c.Until = *pred
 				}
-				return pointerDueBack(ctx, tx, j.ID, c.Until)
+				return stepAside(ctx, tx, j.ID, c.Until)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -114,6 +114,26 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	return c, nil
+}
+
+// stepAside takes a blocked job's pointer out of the queue: it is marked
+// unsent, to be published again (under a new deduplication id) at until,
+// behind whatever its group has in the queue by then. A FIFO queue holds a
+// group behind its first message, so a pointer that waits at the head of its
+// group for an earlier job whose own pointer is behind it (re-sent after an
+// outage or a loss) would block that group for good.
+func stepAside(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1,
+			next_attempt_at = GREATEST(next_attempt_at, $2)
+		WHERE id = $1`, id, until)
+	return err
+}
+
+// stepAsideDelay spaces the re-sends of a pointer that keeps finding its
+// group blocked: 1 s, 2 s, 4 s, … up to a minute.
+func stepAsideDelay(gen int) time.Duration {
+	return time.Second << min(gen, 6)
 }
 
 // pointerDueBack notes that the job's pointer is alive and due back at
@@ -226,7 +246,7 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(group_id, '') FROM dispatch_job
+			SELECT id, COALESCE(group_id, ''), pointer_gen FROM dispatch_job
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 			ORDER BY next_attempt_at, id LIMIT $2
 			FOR UPDATE SKIP LOCKED`, now, limit)
@@ -235,7 +255,7 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 		}
 		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
 			var u dispatch.Unsent
-			return u, r.Scan(&u.ID, &u.GroupID)
+			return u, r.Scan(&u.ID, &u.GroupID, &u.Gen)
 		})
 		if err != nil || len(due) == 0 {
 			return err
@@ -274,7 +294,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Dura
 	expired = tag.RowsAffected()
 	stale := now.Add(-requeueAfter)
 	tag, err = s.pool.Exec(ctx, `
-		UPDATE dispatch_job SET queued_at = NULL
+		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1
 		WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND queued_at IS NOT NULL
 			AND next_attempt_at < $1 AND queued_at < $1
 			AND (claimed_until IS NULL OR claimed_until < $1)`, stale)
