@@ -131,9 +131,15 @@ func stepAside(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error 
 }
 
 // stepAsideDelay spaces the re-sends of a pointer that keeps finding its
-// group blocked: 1 s, 2 s, 4 s, … up to a minute.
+// group blocked. The first goes out at once: it lands behind the earlier
+// job's pointer, which is usually in the queue already. Later ones back off
+// (0.5 s, 1 s, 2 s, … up to 30 s) in case that pointer was lost and waits
+// for the sweep.
 func stepAsideDelay(gen int) time.Duration {
-	return time.Second << min(gen, 6)
+	if gen == 0 {
+		return 0
+	}
+	return min(500*time.Millisecond<<min(gen-1, 6), 30*time.Second)
 }
 
 // pointerDueBack notes that the job's pointer is alive and due back at

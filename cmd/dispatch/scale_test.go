@@ -126,7 +126,7 @@ func ensureQueue(t *testing.T, api *sqs.Client, name string, visibility int) {
 }
 
 func TestScaleChaos(t *testing.T) {
-	jobs := envInt("DISPATCH_TEST_SCALE_JOBS", 3000)
+	jobs := envInt("DISPATCH_TEST_SCALE_JOBS", 2000)
 	groups := envInt("DISPATCH_TEST_SCALE_GROUPS", max(1, jobs/50))
 	rounds := (jobs + groups - 1) / groups
 	jobs = rounds * groups
@@ -240,7 +240,7 @@ func TestScaleChaos(t *testing.T) {
 	kills := map[string]int{}
 	sqsRestarted, pgRestarted := false, false
 	nextKill := time.Now().Add(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
-	deadline := time.Now().Add(time.Duration(120+jobs/100) * time.Second)
+	deadline := time.Now().Add(time.Duration(240+jobs/50) * time.Second)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for rc.delivered() < jobs {
@@ -436,13 +436,27 @@ func jobStates(t *testing.T, dbURL string) map[string]int {
 	if err != nil {
 		return out
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var s string
 		var n int
 		_ = rows.Scan(&s, &n)
 		out[s] = n
 	}
+	rows.Close()
+	live, err := conn.Query(context.Background(), `
+		SELECT format('%s %s group=%s attempts=%s gen=%s queued=%s next=%s claimed=%s', id, status, group_id, attempt_count,
+			pointer_gen, to_char(queued_at, 'HH24:MI:SS.MS'), to_char(next_attempt_at, 'HH24:MI:SS.MS'), to_char(claimed_until, 'HH24:MI:SS.MS'))
+		FROM dispatch_job WHERE status NOT IN ('COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED') ORDER BY id LIMIT 10`)
+	if err != nil {
+		return out
+	}
+	defer live.Close()
+	for live.Next() {
+		var s string
+		_ = live.Scan(&s)
+		out["live: "+s] = 1
+	}
+	out["now: "+time.Now().UTC().Format("15:04:05.000")] = 0
 	return out
 }
 
