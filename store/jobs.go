@@ -322,10 +322,16 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
 // redrive), oldest first, in one transaction. It returns the new jobs.
+//
+// A job replayed before, by an earlier or a concurrent redrive, is not
+// replayed again. The originals are locked (FOR UPDATE SKIP LOCKED) for the
+// whole transaction, and whether they were replayed is checked again once
+// they are locked: under READ COMMITTED the first check runs on a snapshot
+// that may predate a concurrent redrive's commit. So two overlapping
+// redrives split the dead letters between them; the second answers only
+// with what it replayed itself, possibly nothing.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
 	where, args := filterWhere(f)
-	// Finished jobs not replayed before: running the same redrive twice
-	// does not deliver the same dead letters twice.
 	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
 	if where == "" {
@@ -336,7 +342,20 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	var out []dispatch.Job
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id FROM dispatch_job`+where+
-			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`, limit), args...)
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		// A new statement, so a new snapshot: it sees every redrive that
+		// held one of these locks before us, since it has committed.
+		rows, err = tx.Query(ctx, `
+			SELECT id FROM dispatch_job o WHERE id = ANY($1)
+				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = o.id)
+			ORDER BY id`, locked)
 		if err != nil {
 			return err
 		}
