@@ -26,7 +26,7 @@ type Store interface {
 	ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attempt, error)
 	CancelJob(ctx context.Context, id int64) (dispatch.Job, error)
 	ReplayJob(ctx context.Context, id int64) (dispatch.Job, error)
-	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error)
+	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error)
 	CreateCredentials(ctx context.Context, c *dispatch.Credentials) error
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 	DeleteCredentials(ctx context.Context, id int64) error

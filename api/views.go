@@ -129,3 +129,17 @@ func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
 	}
 	return v
 }
+
+// replayFailureView is one job a redrive could not replay, with why.
+type replayFailureView struct {
+	ID    string      `json:"id"`
+	Error errorDetail `json:"error"`
+}
+
+func viewReplayFailure(f dispatch.ReplayFailure) replayFailureView {
+	v := replayFailureView{ID: dispatch.FormatID(f.JobID), Error: errorDetail{Code: dispatch.EInternal, Message: "internal error"}}
+	if de, ok := f.Err.(*dispatch.Error); ok {
+		v.Error = errorDetail{Code: de.Code, Message: de.Message}
+	}
+	return v
+}

@@ -321,7 +321,10 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 }
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
-// redrive), oldest first, in one transaction. It returns the new jobs.
+// redrive), oldest first, in one transaction. It returns the new jobs, and
+// the matching jobs it cannot replay (their credentials were deleted), each
+// with its reason: those are reported, not counted against limit, and never
+// stop the rest.
 //
 // A job replayed before, by an earlier or a concurrent redrive, is not
 // replayed again. The originals are locked (FOR UPDATE SKIP LOCKED) for the
@@ -330,7 +333,7 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 // that may predate a concurrent redrive's commit. So two overlapping
 // redrives split the dead letters between them; the second answers only
 // with what it replayed itself, possibly nothing.
-func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
+func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
 	where, args := filterWhere(f)
 	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
@@ -339,9 +342,29 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	} else {
 		where += " AND " + terminal
 	}
-	var out []dispatch.Job
+	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
+	var out dispatch.ReplayResult
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id FROM dispatch_job`+where+
+		out = dispatch.ReplayResult{}
+		rows, err := tx.Query(ctx, `SELECT id, credentials_id FROM dispatch_job`+where+` AND `+credsGone+
+			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+		if err != nil {
+			return err
+		}
+		type orphan struct{ id, creds int64 }
+		orphans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
+			var o orphan
+			return o, r.Scan(&o.id, &o.creds)
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range orphans {
+			out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: o.id,
+				Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials %d were deleted", o.id, o.creds)})
+		}
+		rows, err = tx.Query(ctx, `SELECT id FROM dispatch_job`+where+` AND NOT (`+credsGone+`)`+
 			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`, limit), args...)
 		if err != nil {
 			return err
@@ -365,15 +388,23 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		}
 		for _, id := range ids {
 			j, err := s.replay(ctx, tx, id)
+			if dispatch.ErrorCode(err) == dispatch.EInvalid {
+				// Its credentials went away since the query above: the
+				// check runs before any statement, so the transaction
+				// is intact and the rest goes on.
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials no longer exist", id)})
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			out = append(out, j)
+			out.Jobs = append(out.Jobs, j)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: bulk replay: %w", err)
+		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
 	}
 	return out, nil
 }

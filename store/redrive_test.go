@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -30,9 +32,9 @@ func TestReplayJobsConcurrentRedrivesReplayEachOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				var res []dispatch.Job
+				var res dispatch.ReplayResult
 				res, errs[i] = st.ReplayJobs(t.Context(), filter, 100)
-				results[i] = res
+				results[i] = res.Jobs
 			}()
 		}
 		close(start)
@@ -71,5 +73,44 @@ func TestReplayJobsConcurrentRedrivesReplayEachOnce(t *testing.T) {
 	}
 	if originals != n {
 		t.Errorf("%d originals, want %d", originals, n)
+	}
+}
+
+// A dead letter whose credentials were deleted cannot be replayed; the
+// redrive reports it and replays the rest, every time it runs.
+func TestReplayJobsReportsJobsWithoutCredentialsAndReplaysTheRest(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	cred := createCredentials(t, st)
+	orphan := createJob(t, st, func(j *dispatch.Job) { j.CredentialsID = cred.ID }) // oldest: picked first
+	errorJob(t, st, orphan.ID, now())
+	var rest []int64
+	for range 3 {
+		j := createJob(t, st)
+		errorJob(t, st, j.ID, now())
+		rest = append(rest, j.ID)
+	}
+	if err := st.DeleteCredentials(t.Context(), cred.ID); err != nil {
+		t.Fatal(err)
+	}
+	filter := dispatch.JobFilter{Statuses: []dispatch.Status{dispatch.StatusError}}
+	res, err := st.ReplayJobs(t.Context(), filter, 2)
+	if err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	var replayed []int64
+	for _, j := range res.Jobs {
+		replayed = append(replayed, j.ReplayOf)
+	}
+	if !slices.Equal(replayed, rest[:2]) {
+		t.Errorf("replayed %v, want the two oldest replayable jobs %v", replayed, rest[:2])
+	}
+	if len(res.Failed) != 1 || res.Failed[0].JobID != orphan.ID || !strings.Contains(res.Failed[0].Err.Error(), "credentials") {
+		t.Errorf("failed = %+v, want job %d reported for its missing credentials", res.Failed, orphan.ID)
+	}
+	// The next redrive is not stuck on the same job either.
+	res, err = st.ReplayJobs(t.Context(), filter, 2)
+	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ReplayOf != rest[2] {
+		t.Errorf("second redrive: %+v, %v; want job %d replayed", res.Jobs, err, rest[2])
 	}
 }
