@@ -60,10 +60,10 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return err
 		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
 			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
-			return pointerDueBack(ctx, tx, j.ID, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
 		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
 			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
-			return pointerDueBack(ctx, tx, j.ID, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
 		}
 		if j.GroupID != "" {
 			var pred *time.Time
@@ -76,7 +76,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 				if pred != nil && pred.After(c.Until) {
 					c.Until = *pred
 				}
-				return pointerDueBack(ctx, tx, j.ID, c.Until)
+				return pointerDueBack(ctx, tx, j.ID, now, c.Until)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -116,10 +116,16 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	return c, nil
 }
 
-// pointerDueBack notes that the job's pointer is alive and due back at
-// until, so the sweep does not take a job that is only waiting (for its
-// group, its lease or its time) for a lost one and send copies.
-func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error {
+// pointerDueBack notes that the job's pointer is alive and due back when
+// the processor asked for it (until), so the sweep does not take a job that
+// is only waiting (for its group, its lease or its time) for a lost one and
+// send copies. The processor's answer sets the message's visibility, which
+// SQS caps at 12 h: that, not a far-future until (a predecessor scheduled
+// months ahead), is when a lost message is known to be missing.
+func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time) error {
+	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
+		until = latest
+	}
 	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
 	return err
 }

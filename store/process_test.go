@@ -713,3 +713,37 @@ func markQueued(t *testing.T, st *store.Store, at time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// A job blocked behind a far-scheduled job of its group: its pointer comes
+// back within SQS's 12 h visibility limit, not at the predecessor's time.
+// When that pointer is lost after the predecessor is cancelled, the sweep
+// sends the job again once 12 h (plus the requeue threshold) have passed.
+func TestSweepResendsAJobBlockedBehindAFarScheduledJob(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	const requeueAfter = 15 * time.Minute
+	t0 := now()
+	a := createJob(t, st, withGroup("g"), func(j *dispatch.Job) { at := t0.Add(30 * 24 * time.Hour); j.ScheduledFor = &at })
+	b := createJob(t, st, withGroup("g"))
+	markQueued(t, st, t0) // b goes out; a is not due
+	claim(t, st, b.ID, t0.Add(2*time.Second), dispatch.ClaimBlocked)
+	q := getJob(t, st, b.ID).QueuedAt
+	if q == nil || q.After(t0.Add(2*time.Second+dispatch.MaxVisibilityDelay)) {
+		t.Errorf("b's pointer recorded as due back at %v, want within 12 h of the refusal (%v)", q, t0.Add(dispatch.MaxVisibilityDelay))
+	}
+	if _, err := st.CancelJob(t.Context(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	// b's message is lost (queue re-created). Within the 12 h it may still
+	// come back: no copy yet.
+	if _, requeued, err := st.Sweep(t.Context(), t0.Add(time.Hour), requeueAfter); err != nil || requeued != 0 {
+		t.Errorf("Sweep at +1h requeued %d (err %v), want 0: the message may still come back", requeued, err)
+	}
+	// Past 12 h and the threshold it cannot: a copy goes out.
+	if _, requeued, err := st.Sweep(t.Context(), t0.Add(13*time.Hour), requeueAfter); err != nil || requeued != 1 {
+		t.Errorf("Sweep at +13h requeued %d (err %v), want b sent again", requeued, err)
+	}
+	if getJob(t, st, b.ID).QueuedAt != nil {
+		t.Error("b is still marked queued: its lost pointer is never replaced")
+	}
+}
