@@ -59,12 +59,36 @@ func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credenti
 	if c, ok := s.creds.Get(key); ok {
 		return c.(dispatch.Credentials), nil
 	}
+	s.credsMu.Lock()
+	gen := s.credsGen
+	s.credsMu.Unlock()
 	c, err := s.readCredentials(ctx, s.pool, id, "")
 	if err != nil {
 		return c, err
 	}
-	s.creds.SetDefault(key, c)
+	if s.afterCredentialsRead != nil {
+		s.afterCredentialsRead()
+	}
+	s.credsMu.Lock()
+	if s.credsGen == gen { // no invalidation since the read began
+		s.creds.SetDefault(key, c)
+	}
+	s.credsMu.Unlock()
 	return c, nil
+}
+
+// invalidateCredentials drops id from the cache (all entries when id is 0)
+// after a change has committed, and stops every cache miss already reading
+// from storing its possibly older copy.
+func (s *Store) invalidateCredentials(id int64) {
+	s.credsMu.Lock()
+	defer s.credsMu.Unlock()
+	s.credsGen++
+	if id == 0 {
+		s.creds.Flush()
+		return
+	}
+	s.creds.Delete(strconv.FormatInt(id, 10))
 }
 
 // readCredentials reads credentials from the table (never the cache) and
@@ -103,7 +127,7 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 // a clear lastError when they are processed.
 func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM dispatch_credentials WHERE id = $1`, id)
-	s.creds.Delete(strconv.FormatInt(id, 10))
+	s.invalidateCredentials(id)
 	if err != nil {
 		return fmt.Errorf("store: delete credentials %d: %w", id, err)
 	}
@@ -145,7 +169,7 @@ func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret strin
 		cur.SigningSecret, cur.UpdatedAt = newSecret, now
 		return nil
 	})
-	s.creds.Delete(strconv.FormatInt(id, 10))
+	s.invalidateCredentials(id)
 	return cur, err
 }
 
@@ -196,7 +220,7 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	s.creds.Flush()
+	s.invalidateCredentials(0)
 	if err != nil {
 		return 0, fmt.Errorf("store: reseal: %w", err)
 	}
