@@ -113,10 +113,12 @@ type credentialsView struct {
 	Algorithm               string  `json:"algorithm"`
 	SignatureScheme         string  `json:"signatureScheme"`
 	HasBearerToken          bool    `json:"hasBearerToken"`
-	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"`
-	CreatedAt               string  `json:"createdAt"`
-	UpdatedAt               string  `json:"updatedAt"`
-	SigningSecret           string  `json:"signingSecret,omitempty"`
+	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"` // when the last old secret ends
+	// PreviousSecretsExpireAt lists each old secret still valid, newest first.
+	PreviousSecretsExpireAt []string `json:"previousSecretsExpireAt,omitempty"`
+	CreatedAt               string   `json:"createdAt"`
+	UpdatedAt               string   `json:"updatedAt"`
+	SigningSecret           string   `json:"signingSecret,omitempty"`
 }
 
 func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
@@ -124,8 +126,11 @@ func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
 		ID: dispatch.FormatID(c.ID), Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
 		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
 	}
-	if c.ActivePrevious(now) != "" {
-		v.PreviousSecretExpiresAt = fmtTimePtr(c.PreviousExpiresAt)
+	v.PreviousSecretExpiresAt = fmtTimePtr(c.GraceEnds(now))
+	for _, p := range c.Previous {
+		if now.Before(p.ExpiresAt) {
+			v.PreviousSecretsExpireAt = append(v.PreviousSecretsExpireAt, fmtTime(p.ExpiresAt))
+		}
 	}
 	return v
 }
