@@ -36,6 +36,7 @@ const (
 	DefaultRotationGrace   = 24 * time.Hour
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpen     = 30 * time.Second
+	DefaultSQSTimeout      = 10 * time.Second
 	DefaultLogFormat       = "json"
 	DefaultLogLevel        = "info"
 )
@@ -84,7 +85,9 @@ type Config struct {
 	RotationGrace         time.Duration
 	BreakerFailures       int
 	BreakerOpen           time.Duration
-	AutoMigrate           bool
+	// SQSTimeout bounds every SQS call (a receive: its wait plus this).
+	SQSTimeout  time.Duration
+	AutoMigrate bool
 }
 
 // Load reads the configuration through getenv and reports every problem.
@@ -116,6 +119,7 @@ func Load(getenv func(string) string) (Config, error) {
 		RotationGrace:       r.duration("DISPATCH_ROTATION_GRACE", DefaultRotationGrace),
 		BreakerFailures:     r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
 		BreakerOpen:         r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
+		SQSTimeout:          r.duration("DISPATCH_SQS_TIMEOUT", DefaultSQSTimeout),
 		AutoMigrate:         r.bool("DISPATCH_AUTO_MIGRATE", true),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
@@ -143,6 +147,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ReceiveWait < time.Second || c.ReceiveWait > 20*time.Second {
 		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 1s and 20s (the SQS long-poll limit)")
+	}
+	if c.SQSTimeout < 100*time.Millisecond || c.SQSTimeout > 5*time.Minute {
+		r.fail("DISPATCH_SQS_TIMEOUT", "must be between 100ms and 5m")
 	}
 	if c.RequeueAfter < time.Second {
 		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
@@ -370,6 +377,7 @@ var known = map[string]bool{
 	"DISPATCH_LOG_FORMAT": true, "DISPATCH_LOG_LEVEL": true, "DISPATCH_SHUTDOWN_TIMEOUT": true,
 	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
+	"DISPATCH_SQS_TIMEOUT": true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

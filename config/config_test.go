@@ -88,6 +88,7 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		RotationGrace:   24 * time.Hour,
 		BreakerFailures: 5,
 		BreakerOpen:     30 * time.Second,
+		SQSTimeout:      10 * time.Second,
 		AutoMigrate:     true,
 	}
 	if !reflect.DeepEqual(c, want) {

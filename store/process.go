@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -222,42 +224,76 @@ func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, rea
 	return nil
 }
 
-// PublishDue locks up to limit due jobs whose pointer is not on the queue
-// (FOR UPDATE SKIP LOCKED, so replicas share the work), hands them to send,
-// and marks the ones send reports as sent. It returns how many it sent.
+// PublishDue takes up to limit due jobs whose pointer is not on the queue,
+// hands them to send, and returns how many send reports as sent.
+//
+// No row lock or transaction is held while send talks to the queue: one
+// statement marks the jobs queued (FOR UPDATE SKIP LOCKED inside it, so
+// replicas share the work) and commits, send runs, and the jobs send did not
+// report as sent are marked unsent again. A job cancelled meanwhile is
+// cancelled at once; its pointer, if it went out, is dropped by the
+// processor. Should the process die between the mark and the send, those
+// jobs look queued and the sweep sends them after DISPATCH_REQUEUE_AFTER,
+// as for a lost message: at least once, never never.
 func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
-	var (
-		sent    []int64
-		sendErr error
-	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(group_id, '') FROM dispatch_job
+	rows, err := s.pool.Query(ctx, `
+		UPDATE dispatch_job SET queued_at = $1
+		WHERE id IN (
+			SELECT id FROM dispatch_job
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 			ORDER BY next_attempt_at, id LIMIT $2
-			FOR UPDATE SKIP LOCKED`, now, limit)
-		if err != nil {
-			return err
-		}
-		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
-			var u dispatch.Unsent
-			return u, r.Scan(&u.ID, &u.GroupID)
-		})
-		if err != nil || len(due) == 0 {
-			return err
-		}
-		sent, sendErr = send(due)
-		if len(sent) > 0 {
-			// Marked even when a later batch failed: what SQS took must not
-			// be sent again and again.
-			if _, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = ANY($1)`, sent, now); err != nil {
-				return err
-			}
-		}
-		return nil
+			FOR UPDATE SKIP LOCKED)
+		RETURNING id, COALESCE(group_id, ''), next_attempt_at`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: publish: %w", err)
+	}
+	type taken struct {
+		u   dispatch.Unsent
+		due time.Time
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (taken, error) {
+		var x taken
+		return x, r.Scan(&x.u.ID, &x.u.GroupID, &x.due)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
+	}
+	if len(all) == 0 {
+		return 0, nil
+	}
+	// RETURNING has no order: send in the order the jobs fell due, so a
+	// group's pointers go out in creation order.
+	slices.SortFunc(all, func(a, b taken) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.u.ID, b.u.ID)
+	})
+	due := make([]dispatch.Unsent, len(all))
+	for i, x := range all {
+		due[i] = x.u
+	}
+	sent, sendErr := send(due)
+	if len(sent) < len(due) {
+		ok := make(map[int64]bool, len(sent))
+		for _, id := range sent {
+			ok[id] = true
+		}
+		var unsent []int64
+		for _, u := range due {
+			if !ok[u.ID] {
+				unsent = append(unsent, u.ID)
+			}
+		}
+		// Only rows still carrying this mark: a sweep or a processor may
+		// have moved them on. Done even when ctx has ended (shutdown),
+		// or they would wait for the sweep.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := s.pool.Exec(uctx, `UPDATE dispatch_job SET queued_at = NULL WHERE id = ANY($1) AND queued_at = $2`, unsent, now)
+		cancel()
+		if err != nil {
+			return len(sent), fmt.Errorf("store: publish: unmark unsent jobs: %w", errors.Join(err, sendErr))
+		}
 	}
 	if sendErr != nil {
 		return len(sent), fmt.Errorf("store: publish: %w", sendErr)

@@ -272,7 +272,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 	}
 	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
-		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint})
+		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout})
 	if err != nil {
 		return err
 	}
