@@ -37,6 +37,9 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpen     = 30 * time.Second
 	DefaultSQSTimeout      = 10 * time.Second
+	DefaultHTTPReadTimeout = 30 * time.Second
+	DefaultHTTPIdleTimeout = 60 * time.Second
+	DefaultHTTPMaxConns    = 1024
 	DefaultLogFormat       = "json"
 	DefaultLogLevel        = "info"
 )
@@ -86,8 +89,14 @@ type Config struct {
 	BreakerFailures       int
 	BreakerOpen           time.Duration
 	// SQSTimeout bounds every SQS call (a receive: its wait plus this).
-	SQSTimeout  time.Duration
-	AutoMigrate bool
+	SQSTimeout time.Duration
+	// HTTPReadTimeout bounds reading one whole request (body included),
+	// HTTPIdleTimeout an idle keep-alive connection, and HTTPMaxConns the
+	// connections each listener serves at once.
+	HTTPReadTimeout time.Duration
+	HTTPIdleTimeout time.Duration
+	HTTPMaxConns    int
+	AutoMigrate     bool
 }
 
 // Load reads the configuration through getenv and reports every problem.
@@ -120,6 +129,9 @@ func Load(getenv func(string) string) (Config, error) {
 		BreakerFailures:     r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
 		BreakerOpen:         r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
 		SQSTimeout:          r.duration("DISPATCH_SQS_TIMEOUT", DefaultSQSTimeout),
+		HTTPReadTimeout:     r.duration("DISPATCH_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout),
+		HTTPIdleTimeout:     r.duration("DISPATCH_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout),
+		HTTPMaxConns:        r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
 		AutoMigrate:         r.bool("DISPATCH_AUTO_MIGRATE", true),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
@@ -150,6 +162,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.SQSTimeout < 100*time.Millisecond || c.SQSTimeout > 5*time.Minute {
 		r.fail("DISPATCH_SQS_TIMEOUT", "must be between 100ms and 5m")
+	}
+	if c.HTTPReadTimeout < time.Second || c.HTTPReadTimeout > 10*time.Minute {
+		r.fail("DISPATCH_HTTP_READ_TIMEOUT", "must be between 1s and 10m (the longest a client may take to send one request)")
+	}
+	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > time.Hour {
+		r.fail("DISPATCH_HTTP_IDLE_TIMEOUT", "must be between 1s and 1h")
 	}
 	if c.RequeueAfter < time.Second {
 		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
@@ -377,7 +395,8 @@ var known = map[string]bool{
 	"DISPATCH_LOG_FORMAT": true, "DISPATCH_LOG_LEVEL": true, "DISPATCH_SHUTDOWN_TIMEOUT": true,
 	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
-	"DISPATCH_SQS_TIMEOUT": true,
+	"DISPATCH_SQS_TIMEOUT": true, "DISPATCH_HTTP_READ_TIMEOUT": true, "DISPATCH_HTTP_IDLE_TIMEOUT": true,
+	"DISPATCH_HTTP_MAX_CONNS": true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

@@ -89,6 +89,9 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		BreakerFailures: 5,
 		BreakerOpen:     30 * time.Second,
 		SQSTimeout:      10 * time.Second,
+		HTTPReadTimeout: 30 * time.Second,
+		HTTPIdleTimeout: time.Minute,
+		HTTPMaxConns:    1024,
 		AutoMigrate:     true,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -161,6 +164,11 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"zero delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "0s"},
 		{"huge delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "1h"},
 		{"receive wait above the SQS limit", "DISPATCH_RECEIVE_WAIT", "21s"},
+		{"SQS timeout too short", "DISPATCH_SQS_TIMEOUT", "1ms"},
+		{"read timeout zero", "DISPATCH_HTTP_READ_TIMEOUT", "0s"},
+		{"idle timeout huge", "DISPATCH_HTTP_IDLE_TIMEOUT", "48h"},
+		{"max conns too few", "DISPATCH_HTTP_MAX_CONNS", "3"},
+		{"max conns not a number", "DISPATCH_HTTP_MAX_CONNS", "lots"},
 		{"bad bool", "DISPATCH_QUEUE_CREATE", "maybe"},
 		{"bad bool allow private", "DISPATCH_ALLOW_PRIVATE_TARGETS", "yes please"},
 		{"pool concurrency 0", "DISPATCH_POOLS", "X:0"},
