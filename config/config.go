@@ -30,7 +30,7 @@ const (
 	DefaultRetryMax        = time.Hour
 	DefaultDeliveryTimeout = 30 * time.Second
 	DefaultMaxPayload      = 1 << 20
-	DefaultShutdownTimeout = 30 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second // or DISPATCH_DELIVERY_TIMEOUT + DefaultShutdownMargin, if longer
 	DefaultRequeueAfter    = 15 * time.Minute
 	DefaultReceiveWait     = 20 * time.Second
 	DefaultRotationGrace   = 24 * time.Hour
@@ -40,8 +40,16 @@ const (
 	DefaultHTTPReadTimeout = 30 * time.Second
 	DefaultHTTPIdleTimeout = 60 * time.Second
 	DefaultHTTPMaxConns    = 1024
-	DefaultLogFormat       = "json"
-	DefaultLogLevel        = "info"
+
+	// MinShutdownMargin is how much longer than one delivery a graceful
+	// stop must last: a processing request claims the job, delivers it,
+	// and records the outcome; stopping sooner could leave a delivery the
+	// target accepted unrecorded (a duplicate later). DefaultShutdownMargin
+	// is the margin of the default.
+	MinShutdownMargin     = 5 * time.Second
+	DefaultShutdownMargin = 15 * time.Second
+	DefaultLogFormat      = "json"
+	DefaultLogLevel       = "info"
 )
 
 // Pool is one processing pool of the router.
@@ -197,10 +205,26 @@ func Load(getenv func(string) string) (Config, error) {
 			r.fail(name, "must be at least 16 characters")
 		}
 	}
+	r.crossCheck(&c)
 	if err := errors.Join(r.errs...); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil
+}
+
+// crossCheck reports settings that are valid one by one but do the wrong
+// thing together, and derives defaults that depend on other settings.
+func (r *reader) crossCheck(c *Config) {
+	if r.str("DISPATCH_SHUTDOWN_TIMEOUT", "") == "" {
+		c.ShutdownTimeout = max(DefaultShutdownTimeout, c.DeliveryTimeout+DefaultShutdownMargin)
+	} else if c.ShutdownTimeout < c.DeliveryTimeout+MinShutdownMargin {
+		r.fail("DISPATCH_SHUTDOWN_TIMEOUT", "must be at least DISPATCH_DELIVERY_TIMEOUT + %v (%v): a graceful stop must let a delivery in progress finish and be recorded (got %v)",
+			MinShutdownMargin, c.DeliveryTimeout+MinShutdownMargin, c.ShutdownTimeout)
+	}
+	if c.BreakerFailures > 0 && c.BreakerOpen < time.Second {
+		r.fail("DISPATCH_BREAKER_OPEN", "must be at least 1s while DISPATCH_BREAKER_FAILURES is above 0 (the breaker library reads 0 as 60s; set DISPATCH_BREAKER_FAILURES=0 to turn breaking off) (got %v)",
+			c.BreakerOpen)
+	}
 }
 
 type reader struct {

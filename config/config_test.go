@@ -82,7 +82,7 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		NodeIDDerived:   true,
 		LogFormat:       "json",
 		LogLevel:        "info",
-		ShutdownTimeout: 30 * time.Second,
+		ShutdownTimeout: 45 * time.Second, // the 30s delivery timeout + 15s
 		RequeueAfter:    15 * time.Minute,
 		ReceiveWait:     20 * time.Second,
 		RotationGrace:   24 * time.Hour,
@@ -409,5 +409,45 @@ func TestCheckUnknownKnowsEverythingLoadReads(t *testing.T) {
 	}
 	if err := config.CheckUnknown(environ); err != nil {
 		t.Errorf("variables Load reads are flagged as unknown: %v", err)
+	}
+}
+
+// Settings valid one by one but wrong together stop the start, every such
+// problem listed in the one message.
+func TestLoadRejectsSettingsThatContradictEachOther(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"shutdown shorter than a delivery", map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "30s", "DISPATCH_SHUTDOWN_TIMEOUT": "10s"},
+			[]string{"DISPATCH_SHUTDOWN_TIMEOUT", "DISPATCH_DELIVERY_TIMEOUT"}},
+		{"shutdown equal to a delivery, no margin to record it", map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "30s", "DISPATCH_SHUTDOWN_TIMEOUT": "30s"},
+			[]string{"DISPATCH_SHUTDOWN_TIMEOUT"}},
+		{"breaker open for 0s", map[string]string{"DISPATCH_BREAKER_OPEN": "0s"},
+			[]string{"DISPATCH_BREAKER_OPEN"}},
+		{"both at once", map[string]string{"DISPATCH_BREAKER_OPEN": "0s", "DISPATCH_SHUTDOWN_TIMEOUT": "1s"},
+			[]string{"DISPATCH_BREAKER_OPEN", "DISPATCH_SHUTDOWN_TIMEOUT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := loadErr(t, insecure(tt.env))
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not name %s:\n%s", w, msg)
+				}
+			}
+		})
+	}
+	// What they guard against is allowed when it is harmless.
+	for _, env := range []map[string]string{
+		{"DISPATCH_BREAKER_FAILURES": "0", "DISPATCH_BREAKER_OPEN": "0s"}, // breaking is off
+		{"DISPATCH_DELIVERY_TIMEOUT": "5s", "DISPATCH_SHUTDOWN_TIMEOUT": "10s"},
+	} {
+		mustLoad(t, insecure(env))
+	}
+	// Without DISPATCH_SHUTDOWN_TIMEOUT the default follows a long delivery timeout.
+	if c := mustLoad(t, insecure(map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m"})); c.ShutdownTimeout < 2*time.Minute+5*time.Second {
+		t.Errorf("default shutdown timeout %v with a 2m delivery timeout: a graceful stop would cut a delivery off", c.ShutdownTimeout)
 	}
 }
