@@ -73,6 +73,19 @@ type JobFilter struct {
 	Metadata      map[string]string
 }
 
+// ReplayResult is what a bulk replay (dead-letter redrive) did: the new
+// jobs, and the originals it could not replay, each with its reason.
+type ReplayResult struct {
+	Jobs   []Job
+	Failed []ReplayFailure
+}
+
+// ReplayFailure is one job a bulk replay could not replay.
+type ReplayFailure struct {
+	JobID int64
+	Err   error // a *Error
+}
+
 // Decision is the processing endpoint's answer for one pointer: Done (the
 // router deletes the message) or retry after RetryAfter.
 type Decision struct {

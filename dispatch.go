@@ -126,19 +126,42 @@ type Credentials struct {
 	SigningSecret   string
 	Algorithm       string
 	SignatureScheme string
-	// PreviousSecret stays valid until PreviousExpiresAt (rotation grace).
-	PreviousSecret    string
-	PreviousExpiresAt *time.Time
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// Previous are the secrets rotations replaced, newest first, each valid
+	// until its own ExpiresAt (its rotation's grace period).
+	Previous  []PreviousSecret
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
-// ActivePrevious returns the previous secret while its grace period lasts.
-func (c *Credentials) ActivePrevious(now time.Time) string {
-	if c.PreviousSecret != "" && c.PreviousExpiresAt != nil && now.Before(*c.PreviousExpiresAt) {
-		return c.PreviousSecret
+// PreviousSecret is a secret a rotation replaced, valid until ExpiresAt.
+type PreviousSecret struct {
+	Secret    string
+	ExpiresAt time.Time
+}
+
+// ActivePrevious returns the previous secrets still in their grace period,
+// newest first; deliveries are signed with each of them too.
+func (c Credentials) ActivePrevious(now time.Time) []string {
+	var out []string
+	for _, p := range c.Previous {
+		if p.Secret != "" && now.Before(p.ExpiresAt) {
+			out = append(out, p.Secret)
+		}
 	}
-	return ""
+	return out
+}
+
+// GraceEnds returns when the last previous secret stops being valid, or
+// nil when none is valid at now.
+func (c Credentials) GraceEnds(now time.Time) *time.Time {
+	var end *time.Time
+	for _, p := range c.Previous {
+		if p.Secret != "" && now.Before(p.ExpiresAt) && (end == nil || p.ExpiresAt.After(*end)) {
+			t := p.ExpiresAt
+			end = &t
+		}
+	}
+	return end
 }
 
 // AlgorithmHMACSHA256 is the only signing algorithm.

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,20 +81,31 @@ func TestMessageGroupID(t *testing.T) {
 func TestCredentialsActivePrevious(t *testing.T) {
 	now := time.Date(2025, 10, 4, 12, 0, 0, 0, time.UTC)
 	later, earlier := now.Add(time.Hour), now.Add(-time.Hour)
+	prev := func(ps ...dispatch.PreviousSecret) dispatch.Credentials {
+		return dispatch.Credentials{SigningSecret: "new", Previous: ps}
+	}
 	tests := []struct {
 		name string
 		c    dispatch.Credentials
-		want string
+		want []string
+		ends *time.Time
 	}{
-		{"no rotation", dispatch.Credentials{SigningSecret: "new"}, ""},
-		{"in grace", dispatch.Credentials{SigningSecret: "new", PreviousSecret: "old", PreviousExpiresAt: &later}, "old"},
-		{"grace over", dispatch.Credentials{SigningSecret: "new", PreviousSecret: "old", PreviousExpiresAt: &earlier}, ""},
-		{"grace ends now", dispatch.Credentials{SigningSecret: "new", PreviousSecret: "old", PreviousExpiresAt: &now}, ""},
-		{"no expiry", dispatch.Credentials{SigningSecret: "new", PreviousSecret: "old"}, ""},
+		{"no rotation", dispatch.Credentials{SigningSecret: "new"}, nil, nil},
+		{"in grace", prev(dispatch.PreviousSecret{Secret: "old", ExpiresAt: later}), []string{"old"}, &later},
+		{"grace over", prev(dispatch.PreviousSecret{Secret: "old", ExpiresAt: earlier}), nil, nil},
+		{"grace ends now", prev(dispatch.PreviousSecret{Secret: "old", ExpiresAt: now}), nil, nil},
+		{"no expiry", prev(dispatch.PreviousSecret{Secret: "old"}), nil, nil},
+		{"two rotations, both in grace", prev(dispatch.PreviousSecret{Secret: "s1", ExpiresAt: later},
+			dispatch.PreviousSecret{Secret: "s0", ExpiresAt: now.Add(time.Minute)}), []string{"s1", "s0"}, &later},
+		{"two rotations, the older over", prev(dispatch.PreviousSecret{Secret: "s1", ExpiresAt: later},
+			dispatch.PreviousSecret{Secret: "s0", ExpiresAt: earlier}), []string{"s1"}, &later},
 	}
 	for _, tt := range tests {
-		if got := tt.c.ActivePrevious(now); got != tt.want {
+		if got := tt.c.ActivePrevious(now); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: ActivePrevious = %q, want %q", tt.name, got, tt.want)
+		}
+		if got := tt.c.GraceEnds(now); (got == nil) != (tt.ends == nil) || (got != nil && !got.Equal(*tt.ends)) {
+			t.Errorf("%s: GraceEnds = %v, want %v", tt.name, got, tt.ends)
 		}
 	}
 }

@@ -13,10 +13,12 @@ const (
 	EForbidden    = "forbidden"
 	ENotFound     = "not_found"
 	EConflict     = "conflict"
-	ETooLarge     = "payload_too_large"
-	EMediaType    = "unsupported_media_type"
-	EUnavailable  = "unavailable"
-	EInternal     = "internal"
+	// EUnprocessable: well-formed, but the data it refers to does not allow it.
+	EUnprocessable = "unprocessable"
+	ETooLarge      = "payload_too_large"
+	EMediaType     = "unsupported_media_type"
+	EUnavailable   = "unavailable"
+	EInternal      = "internal"
 )
 
 // FieldError names one bad field of a request.

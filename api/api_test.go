@@ -654,6 +654,37 @@ func TestReplayJobsBulk(t *testing.T) {
 	if out.Replayed != 2 || !slices.Equal(of, []string{a.ID, b.ID}) {
 		t.Errorf("replayed %d: %v, want the two cancelled billing jobs %v", out.Replayed, of, []string{a.ID, b.ID})
 	}
+
+	// A job whose credentials were deleted is reported, and the rest replayed.
+	var cred struct {
+		ID string `json:"id"`
+	}
+	f.do(t, "POST", "/api/admin/dispatch/credentials", `{}`).want(t, http.StatusCreated).decode(t, &cred)
+	orphan := f.createJob(t, "source", "refunds", "credentialsId", cred.ID)
+	d := f.createJob(t, "source", "refunds")
+	for _, j := range []job{orphan, d} {
+		f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "").want(t, http.StatusOK)
+	}
+	f.do(t, "DELETE", "/api/admin/dispatch/credentials/"+cred.ID, "").want(t, http.StatusNoContent)
+	var res struct {
+		Replayed int   `json:"replayed"`
+		Items    []job `json:"items"`
+		Failed   []struct {
+			ID    string `json:"id"`
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"failed"`
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=refunds", "").want(t, http.StatusOK).decode(t, &res)
+	if res.Replayed != 1 || res.Items[0].ReplayOf != d.ID {
+		t.Errorf("replayed %+v, want only %s", res.Items, d.ID)
+	}
+	if len(res.Failed) != 1 || res.Failed[0].ID != orphan.ID || res.Failed[0].Error.Code != dispatch.EUnprocessable ||
+		!strings.Contains(res.Failed[0].Error.Message, "credentials") {
+		t.Errorf("failed = %+v, want %s reported for its deleted credentials", res.Failed, orphan.ID)
+	}
 }
 
 func TestCredentials(t *testing.T) {

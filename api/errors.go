@@ -12,15 +12,16 @@ import (
 )
 
 var statusByCode = map[string]int{
-	dispatch.EInvalid:      http.StatusBadRequest,
-	dispatch.EUnauthorized: http.StatusUnauthorized,
-	dispatch.EForbidden:    http.StatusForbidden,
-	dispatch.ENotFound:     http.StatusNotFound,
-	dispatch.EConflict:     http.StatusConflict,
-	dispatch.ETooLarge:     http.StatusRequestEntityTooLarge,
-	dispatch.EMediaType:    http.StatusUnsupportedMediaType,
-	dispatch.EUnavailable:  http.StatusServiceUnavailable,
-	dispatch.EInternal:     http.StatusInternalServerError,
+	dispatch.EInvalid:       http.StatusBadRequest,
+	dispatch.EUnauthorized:  http.StatusUnauthorized,
+	dispatch.EForbidden:     http.StatusForbidden,
+	dispatch.ENotFound:      http.StatusNotFound,
+	dispatch.EConflict:      http.StatusConflict,
+	dispatch.EUnprocessable: http.StatusUnprocessableEntity,
+	dispatch.ETooLarge:      http.StatusRequestEntityTooLarge,
+	dispatch.EMediaType:     http.StatusUnsupportedMediaType,
+	dispatch.EUnavailable:   http.StatusServiceUnavailable,
+	dispatch.EInternal:      http.StatusInternalServerError,
 }
 
 type errorBody struct {

@@ -243,20 +243,24 @@ func (s *Server) replayJobs(c *gin.Context) {
 		s.writeError(c, p.Err())
 		return
 	}
-	jobs, err := s.store.ReplayJobs(c.Request.Context(), f, limit)
+	res, err := s.store.ReplayJobs(c.Request.Context(), f, limit)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	items := make([]jobView, len(jobs))
-	for i, j := range jobs {
+	items := make([]jobView, len(res.Jobs))
+	for i, j := range res.Jobs {
 		items[i] = viewJob(j)
 	}
-	if len(jobs) > 0 {
-		s.metrics.jobsCreated.Add(float64(len(jobs)))
+	failed := make([]replayFailureView, len(res.Failed))
+	for i, x := range res.Failed {
+		failed[i] = viewReplayFailure(x)
+	}
+	if len(res.Jobs) > 0 {
+		s.metrics.jobsCreated.Add(float64(len(res.Jobs)))
 		s.notifier.Notify()
 	}
-	c.JSON(http.StatusOK, gin.H{"replayed": len(items), "items": items})
+	c.JSON(http.StatusOK, gin.H{"replayed": len(items), "items": items, "failed": failed})
 }
 
 func (s *Server) pathID(c *gin.Context) (int64, bool) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"golang.org/x/net/netutil"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -26,7 +27,7 @@ type Store interface {
 	ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attempt, error)
 	CancelJob(ctx context.Context, id int64) (dispatch.Job, error)
 	ReplayJob(ctx context.Context, id int64) (dispatch.Job, error)
-	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error)
+	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error)
 	CreateCredentials(ctx context.Context, c *dispatch.Credentials) error
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 	DeleteCredentials(ctx context.Context, id int64) error
@@ -58,7 +59,23 @@ type Config struct {
 	Metrics http.Handler
 	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
 	ShutdownTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included; a client
+	// that stalls is cut off after it (0: DefaultReadTimeout).
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (0:
+	// DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxConns bounds the connections served at once; more wait to be
+	// accepted (0: DefaultMaxConns).
+	MaxConns int
 }
+
+// Defaults of the connection limits.
+const (
+	DefaultReadTimeout = 30 * time.Second
+	DefaultIdleTimeout = 60 * time.Second
+	DefaultMaxConns    = 1024
+)
 
 // Server is the HTTP API.
 type Server struct {
@@ -90,10 +107,35 @@ func New(store Store, processor Processor, notifier Notifier, cfg Config, reg me
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
 
+// httpServer returns the server and listener Run serves with. Every
+// connection is bounded: the whole request must arrive within ReadTimeout
+// (a client announcing a body and stalling is cut off; it needs no token
+// to try), an idle keep-alive connection closes after IdleTimeout, and at
+// most MaxConns connections are served at once (more wait in the kernel's
+// backlog until a slot frees).
+func (s *Server) httpServer(ln net.Listener) (*http.Server, net.Listener) {
+	read, idle, conns := s.cfg.ReadTimeout, s.cfg.IdleTimeout, s.cfg.MaxConns
+	if read <= 0 {
+		read = DefaultReadTimeout
+	}
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	if conns <= 0 {
+		conns = DefaultMaxConns
+	}
+	return &http.Server{
+		Handler:           s.engine,
+		ReadHeaderTimeout: min(10*time.Second, read),
+		ReadTimeout:       read,
+		IdleTimeout:       idle,
+	}, netutil.LimitListener(ln, conns)
+}
+
 // Run serves on ln until ctx is cancelled, then lets in-flight requests
 // finish for up to ShutdownTimeout.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.engine, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv, ln := s.httpServer(ln)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

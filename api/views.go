@@ -113,10 +113,12 @@ type credentialsView struct {
 	Algorithm               string  `json:"algorithm"`
 	SignatureScheme         string  `json:"signatureScheme"`
 	HasBearerToken          bool    `json:"hasBearerToken"`
-	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"`
-	CreatedAt               string  `json:"createdAt"`
-	UpdatedAt               string  `json:"updatedAt"`
-	SigningSecret           string  `json:"signingSecret,omitempty"`
+	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"` // when the last old secret ends
+	// PreviousSecretsExpireAt lists each old secret still valid, newest first.
+	PreviousSecretsExpireAt []string `json:"previousSecretsExpireAt,omitempty"`
+	CreatedAt               string   `json:"createdAt"`
+	UpdatedAt               string   `json:"updatedAt"`
+	SigningSecret           string   `json:"signingSecret,omitempty"`
 }
 
 func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
@@ -124,8 +126,25 @@ func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
 		ID: dispatch.FormatID(c.ID), Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
 		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
 	}
-	if c.ActivePrevious(now) != "" {
-		v.PreviousSecretExpiresAt = fmtTimePtr(c.PreviousExpiresAt)
+	v.PreviousSecretExpiresAt = fmtTimePtr(c.GraceEnds(now))
+	for _, p := range c.Previous {
+		if now.Before(p.ExpiresAt) {
+			v.PreviousSecretsExpireAt = append(v.PreviousSecretsExpireAt, fmtTime(p.ExpiresAt))
+		}
+	}
+	return v
+}
+
+// replayFailureView is one job a redrive could not replay, with why.
+type replayFailureView struct {
+	ID    string      `json:"id"`
+	Error errorDetail `json:"error"`
+}
+
+func viewReplayFailure(f dispatch.ReplayFailure) replayFailureView {
+	v := replayFailureView{ID: dispatch.FormatID(f.JobID), Error: errorDetail{Code: dispatch.EInternal, Message: "internal error"}}
+	if de, ok := f.Err.(*dispatch.Error); ok {
+		v.Error = errorDetail{Code: de.Code, Message: de.Message}
 	}
 	return v
 }

@@ -30,14 +30,26 @@ const (
 	DefaultRetryMax        = time.Hour
 	DefaultDeliveryTimeout = 30 * time.Second
 	DefaultMaxPayload      = 1 << 20
-	DefaultShutdownTimeout = 30 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second // or DISPATCH_DELIVERY_TIMEOUT + DefaultShutdownMargin, if longer
 	DefaultRequeueAfter    = 15 * time.Minute
 	DefaultReceiveWait     = 20 * time.Second
 	DefaultRotationGrace   = 24 * time.Hour
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpen     = 30 * time.Second
-	DefaultLogFormat       = "json"
-	DefaultLogLevel        = "info"
+	DefaultSQSTimeout      = 10 * time.Second
+	DefaultHTTPReadTimeout = 30 * time.Second
+	DefaultHTTPIdleTimeout = 60 * time.Second
+	DefaultHTTPMaxConns    = 1024
+
+	// MinShutdownMargin is how much longer than one delivery a graceful
+	// stop must last: a processing request claims the job, delivers it,
+	// and records the outcome; stopping sooner could leave a delivery the
+	// target accepted unrecorded (a duplicate later). DefaultShutdownMargin
+	// is the margin of the default.
+	MinShutdownMargin     = 5 * time.Second
+	DefaultShutdownMargin = 15 * time.Second
+	DefaultLogFormat      = "json"
+	DefaultLogLevel       = "info"
 )
 
 // Pool is one processing pool of the router.
@@ -84,7 +96,15 @@ type Config struct {
 	RotationGrace         time.Duration
 	BreakerFailures       int
 	BreakerOpen           time.Duration
-	AutoMigrate           bool
+	// SQSTimeout bounds every SQS call (a receive: its wait plus this).
+	SQSTimeout time.Duration
+	// HTTPReadTimeout bounds reading one whole request (body included),
+	// HTTPIdleTimeout an idle keep-alive connection, and HTTPMaxConns the
+	// connections each listener serves at once.
+	HTTPReadTimeout time.Duration
+	HTTPIdleTimeout time.Duration
+	HTTPMaxConns    int
+	AutoMigrate     bool
 }
 
 // Load reads the configuration through getenv and reports every problem.
@@ -116,6 +136,10 @@ func Load(getenv func(string) string) (Config, error) {
 		RotationGrace:       r.duration("DISPATCH_ROTATION_GRACE", DefaultRotationGrace),
 		BreakerFailures:     r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
 		BreakerOpen:         r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
+		SQSTimeout:          r.duration("DISPATCH_SQS_TIMEOUT", DefaultSQSTimeout),
+		HTTPReadTimeout:     r.duration("DISPATCH_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout),
+		HTTPIdleTimeout:     r.duration("DISPATCH_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout),
+		HTTPMaxConns:        r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
 		AutoMigrate:         r.bool("DISPATCH_AUTO_MIGRATE", true),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
@@ -143,6 +167,15 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ReceiveWait < time.Second || c.ReceiveWait > 20*time.Second {
 		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 1s and 20s (the SQS long-poll limit)")
+	}
+	if c.SQSTimeout < 100*time.Millisecond || c.SQSTimeout > 5*time.Minute {
+		r.fail("DISPATCH_SQS_TIMEOUT", "must be between 100ms and 5m")
+	}
+	if c.HTTPReadTimeout < time.Second || c.HTTPReadTimeout > 10*time.Minute {
+		r.fail("DISPATCH_HTTP_READ_TIMEOUT", "must be between 1s and 10m (the longest a client may take to send one request)")
+	}
+	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > time.Hour {
+		r.fail("DISPATCH_HTTP_IDLE_TIMEOUT", "must be between 1s and 1h")
 	}
 	if c.RequeueAfter < time.Second {
 		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
@@ -172,10 +205,26 @@ func Load(getenv func(string) string) (Config, error) {
 			r.fail(name, "must be at least 16 characters")
 		}
 	}
+	r.crossCheck(&c)
 	if err := errors.Join(r.errs...); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil
+}
+
+// crossCheck reports settings that are valid one by one but do the wrong
+// thing together, and derives defaults that depend on other settings.
+func (r *reader) crossCheck(c *Config) {
+	if r.str("DISPATCH_SHUTDOWN_TIMEOUT", "") == "" {
+		c.ShutdownTimeout = max(DefaultShutdownTimeout, c.DeliveryTimeout+DefaultShutdownMargin)
+	} else if c.ShutdownTimeout < c.DeliveryTimeout+MinShutdownMargin {
+		r.fail("DISPATCH_SHUTDOWN_TIMEOUT", "must be at least DISPATCH_DELIVERY_TIMEOUT + %v (%v): a graceful stop must let a delivery in progress finish and be recorded (got %v)",
+			MinShutdownMargin, c.DeliveryTimeout+MinShutdownMargin, c.ShutdownTimeout)
+	}
+	if c.BreakerFailures > 0 && c.BreakerOpen < time.Second {
+		r.fail("DISPATCH_BREAKER_OPEN", "must be at least 1s while DISPATCH_BREAKER_FAILURES is above 0 (the breaker library reads 0 as 60s; set DISPATCH_BREAKER_FAILURES=0 to turn breaking off) (got %v)",
+			c.BreakerOpen)
+	}
 }
 
 type reader struct {
@@ -370,6 +419,8 @@ var known = map[string]bool{
 	"DISPATCH_LOG_FORMAT": true, "DISPATCH_LOG_LEVEL": true, "DISPATCH_SHUTDOWN_TIMEOUT": true,
 	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
+	"DISPATCH_SQS_TIMEOUT": true, "DISPATCH_HTTP_READ_TIMEOUT": true, "DISPATCH_HTTP_IDLE_TIMEOUT": true,
+	"DISPATCH_HTTP_MAX_CONNS": true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

@@ -82,12 +82,16 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		NodeIDDerived:   true,
 		LogFormat:       "json",
 		LogLevel:        "info",
-		ShutdownTimeout: 30 * time.Second,
+		ShutdownTimeout: 45 * time.Second, // the 30s delivery timeout + 15s
 		RequeueAfter:    15 * time.Minute,
 		ReceiveWait:     20 * time.Second,
 		RotationGrace:   24 * time.Hour,
 		BreakerFailures: 5,
 		BreakerOpen:     30 * time.Second,
+		SQSTimeout:      10 * time.Second,
+		HTTPReadTimeout: 30 * time.Second,
+		HTTPIdleTimeout: time.Minute,
+		HTTPMaxConns:    1024,
 		AutoMigrate:     true,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -160,6 +164,11 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"zero delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "0s"},
 		{"huge delivery timeout", "DISPATCH_DELIVERY_TIMEOUT", "1h"},
 		{"receive wait above the SQS limit", "DISPATCH_RECEIVE_WAIT", "21s"},
+		{"SQS timeout too short", "DISPATCH_SQS_TIMEOUT", "1ms"},
+		{"read timeout zero", "DISPATCH_HTTP_READ_TIMEOUT", "0s"},
+		{"idle timeout huge", "DISPATCH_HTTP_IDLE_TIMEOUT", "48h"},
+		{"max conns too few", "DISPATCH_HTTP_MAX_CONNS", "3"},
+		{"max conns not a number", "DISPATCH_HTTP_MAX_CONNS", "lots"},
 		{"bad bool", "DISPATCH_QUEUE_CREATE", "maybe"},
 		{"bad bool allow private", "DISPATCH_ALLOW_PRIVATE_TARGETS", "yes please"},
 		{"pool concurrency 0", "DISPATCH_POOLS", "X:0"},
@@ -400,5 +409,45 @@ func TestCheckUnknownKnowsEverythingLoadReads(t *testing.T) {
 	}
 	if err := config.CheckUnknown(environ); err != nil {
 		t.Errorf("variables Load reads are flagged as unknown: %v", err)
+	}
+}
+
+// Settings valid one by one but wrong together stop the start, every such
+// problem listed in the one message.
+func TestLoadRejectsSettingsThatContradictEachOther(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"shutdown shorter than a delivery", map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "30s", "DISPATCH_SHUTDOWN_TIMEOUT": "10s"},
+			[]string{"DISPATCH_SHUTDOWN_TIMEOUT", "DISPATCH_DELIVERY_TIMEOUT"}},
+		{"shutdown equal to a delivery, no margin to record it", map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "30s", "DISPATCH_SHUTDOWN_TIMEOUT": "30s"},
+			[]string{"DISPATCH_SHUTDOWN_TIMEOUT"}},
+		{"breaker open for 0s", map[string]string{"DISPATCH_BREAKER_OPEN": "0s"},
+			[]string{"DISPATCH_BREAKER_OPEN"}},
+		{"both at once", map[string]string{"DISPATCH_BREAKER_OPEN": "0s", "DISPATCH_SHUTDOWN_TIMEOUT": "1s"},
+			[]string{"DISPATCH_BREAKER_OPEN", "DISPATCH_SHUTDOWN_TIMEOUT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := loadErr(t, insecure(tt.env))
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not name %s:\n%s", w, msg)
+				}
+			}
+		})
+	}
+	// What they guard against is allowed when it is harmless.
+	for _, env := range []map[string]string{
+		{"DISPATCH_BREAKER_FAILURES": "0", "DISPATCH_BREAKER_OPEN": "0s"}, // breaking is off
+		{"DISPATCH_DELIVERY_TIMEOUT": "5s", "DISPATCH_SHUTDOWN_TIMEOUT": "10s"},
+	} {
+		mustLoad(t, insecure(env))
+	}
+	// Without DISPATCH_SHUTDOWN_TIMEOUT the default follows a long delivery timeout.
+	if c := mustLoad(t, insecure(map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m"})); c.ShutdownTimeout < 2*time.Minute+5*time.Second {
+		t.Errorf("default shutdown timeout %v with a 2m delivery timeout: a graceful stop would cut a delivery off", c.ShutdownTimeout)
 	}
 }

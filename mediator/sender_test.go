@@ -398,8 +398,8 @@ func TestSendDuringRotation(t *testing.T) {
 			graceOver := time.Now().Add(-time.Second)
 			s := newSender(5*time.Second, true)
 			tg := statusTarget(t, 200)
-			creds := &dispatch.Credentials{SigningSecret: newSecret, PreviousSecret: oldSecret,
-				PreviousExpiresAt: &inGrace, SignatureScheme: string(scheme)}
+			creds := &dispatch.Credentials{SigningSecret: newSecret, SignatureScheme: string(scheme),
+				Previous: []dispatch.PreviousSecret{{Secret: oldSecret, ExpiresAt: inGrace}}}
 
 			send(t, s, testJob(tg.URL), creds)
 			r := tg.next(t)
@@ -412,7 +412,7 @@ func TestSendDuringRotation(t *testing.T) {
 				t.Errorf("a verifier with an unrelated secret accepts")
 			}
 
-			creds.PreviousExpiresAt = &graceOver
+			creds.Previous[0].ExpiresAt = graceOver
 			send(t, s, testJob(tg.URL), creds)
 			r = tg.next(t)
 			if err := (webhook.Verifier{Scheme: scheme, Secrets: []string{oldSecret}}).Verify(r.header, r.body); err == nil {

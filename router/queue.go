@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -22,7 +25,17 @@ type QueueConfig struct {
 	// Endpoint overrides the SDK's endpoint chain (tests); normally the
 	// SDK reads AWS_ENDPOINT_URL_SQS itself.
 	Endpoint string
+	// CallTimeout bounds every SQS call (a receive: its long-poll wait
+	// plus this). A peer that accepts and never answers costs at most
+	// this much; 0 means DefaultCallTimeout.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout bounds one SQS call when QueueConfig.CallTimeout is 0.
+const DefaultCallTimeout = 10 * time.Second
+
+// maxReceiveWait is SQS's longest long-poll wait.
+const maxReceiveWait = 20 * time.Second
 
 // Queue is an SQS FIFO queue. Its URL is resolved on first use and again
 // after the queue is found missing, so a process started while SQS is down,
@@ -37,7 +50,20 @@ type Queue struct {
 // OpenQueue loads the AWS configuration through the SDK's standard chain.
 // It does not contact SQS; the first call that needs the queue does.
 func OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error) {
-	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	// The SDK's own HTTP client has no response timeout: a peer that
+	// accepts and never answers would hold a call forever whenever a
+	// caller's context has no deadline. Every call here gets one too.
+	httpClient := awshttp.NewBuildableClient().
+		WithTimeout(maxReceiveWait + cfg.CallTimeout).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = cfg.CallTimeout }).
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.ResponseHeaderTimeout = maxReceiveWait + cfg.CallTimeout
+			tr.TLSHandshakeTimeout = cfg.CallTimeout
+		})
+	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithHTTPClient(httpClient))
 	if err != nil {
 		return nil, fmt.Errorf("queue: aws config: %w", err)
 	}
@@ -60,6 +86,8 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 	if q.url != "" {
 		return q.url, nil
 	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
 	out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(q.cfg.Name)})
 	if err == nil {
 		q.url = aws.ToString(out.QueueUrl)
@@ -84,6 +112,11 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 	return q.url, nil
 }
 
+// callCtx bounds one SQS call: CallTimeout, plus extra (a long poll's wait).
+func (q *Queue) callCtx(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, q.cfg.CallTimeout+extra)
+}
+
 // checkMissing forgets a looked-up URL when SQS says the queue is gone.
 func (q *Queue) checkMissing(err error) error {
 	var missing *types.QueueDoesNotExist
@@ -101,6 +134,8 @@ func (q *Queue) VisibilityTimeout(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
 	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout},
@@ -143,6 +178,8 @@ func (q *Queue) SendBatch(ctx context.Context, entries []Entry) ([]int, error) {
 			MessageDeduplicationId: aws.String(e.DeduplicationID),
 		})
 	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
 	out, err := q.api.SendMessageBatch(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("queue: send batch: %w", q.checkMissing(err))
@@ -175,6 +212,8 @@ func (q *Queue) Receive(ctx context.Context, max int, wait time.Duration, visibi
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := q.callCtx(ctx, wait)
+	defer cancel()
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:            aws.String(url),
 		MaxNumberOfMessages: int32(max),
@@ -211,6 +250,8 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []string) error {
 	for i, r := range receipts {
 		in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r)})
 	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
 	out, err := q.api.DeleteMessageBatch(ctx, in)
 	if err != nil {
 		return fmt.Errorf("queue: delete batch: %w", err)
@@ -240,6 +281,8 @@ func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility)
 			VisibilityTimeout: int32(c.Timeout / time.Second),
 		})
 	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
 	out, err := q.api.ChangeMessageVisibilityBatch(ctx, in)
 	if err != nil {
 		return fmt.Errorf("queue: change visibility: %w", err)

@@ -68,10 +68,6 @@ type Router struct {
 	metrics *metrics
 	queueOK atomic.Bool // the last receive succeeded
 
-	// visMu makes visibility changes take turns, so a heartbeat that read
-	// a message's receipt before it was released cannot undo the release.
-	visMu sync.Mutex
-
 	mu       sync.Mutex
 	held     map[string]*message // by SQS MessageId: buffered and in flight
 	holds    map[string]hold     // groups waiting for a failed message to come back
@@ -95,6 +91,19 @@ type message struct {
 	jobID int64 // time-sorted: a group's creation order
 	group string
 	pool  *Pool
+
+	// A heartbeat call extending this message is under way (lock held to
+	// read or write). A release meanwhile is deferred until it has
+	// returned, so the extension cannot land after, and undo, the release;
+	// no lock is held across the call.
+	extending bool
+	deferred  *deferredRelease
+}
+
+// deferredRelease is a release that waits for a heartbeat call.
+type deferredRelease struct {
+	delay time.Duration
+	at    time.Time
 }
 
 // New returns a Router over q.
@@ -404,23 +413,35 @@ func routerBackoff(receiveCount int) time.Duration {
 }
 
 // release changes the messages' visibility to delay (SQS caps it at 12 h).
+// A message a heartbeat call is extending right now is released once that
+// call has returned (see message.extending).
 func (r *Router) release(msgs []*message, delay time.Duration) {
 	if len(msgs) == 0 {
 		return
 	}
 	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
-	r.visMu.Lock()
-	defer r.visMu.Unlock()
-	changes := make([]Visibility, len(msgs))
+	changes := make([]Visibility, 0, len(msgs))
 	r.mu.Lock()
-	for i, m := range msgs {
-		changes[i] = Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)}
+	for _, m := range msgs {
+		if m.extending {
+			m.deferred = &deferredRelease{delay: delay, at: time.Now()}
+			continue
+		}
+		changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
 	}
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	r.changeVisibility(changes, "cannot change visibility; the messages return when their timeout ends")
+}
+
+// changeVisibility sends visibility changes in batches of 10, each call
+// under the queue's deadline.
+func (r *Router) changeVisibility(changes []Visibility, warning string) {
+	if len(changes) == 0 {
+		return
+	}
+	ctx := context.Background()
 	if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil {
-		r.log.Warn("cannot change visibility; the messages return when their timeout ends", "err", err)
+		r.log.Warn(warning, "err", err)
 	}
 }
 
@@ -432,6 +453,8 @@ func (r *Router) signalSpace() {
 }
 
 // heartbeat keeps every held message invisible while the router has it.
+// Its calls run under the queue's deadline and hold no lock: a hung call
+// delays only the releases of the messages it is extending, never a worker.
 func (r *Router) heartbeat(ctx context.Context) {
 	period := max(r.vis/3, 250*time.Millisecond)
 	t := time.NewTicker(period)
@@ -442,10 +465,12 @@ func (r *Router) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.visMu.Lock()
 		r.mu.Lock()
+		msgs := make([]*message, 0, len(r.held))
 		changes := make([]Visibility, 0, len(r.held))
 		for _, m := range r.held {
+			m.extending = true
+			msgs = append(msgs, m)
 			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: r.vis})
 		}
 		for g, h := range r.holds { // holds of groups that never came back
@@ -455,9 +480,24 @@ func (r *Router) heartbeat(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) })
-		r.visMu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "err", err)
+		}
+		// Releases that came in during the call go out now, after it.
+		now := time.Now()
+		byDelay := map[time.Duration][]Visibility{}
+		r.mu.Lock()
+		for _, m := range msgs {
+			m.extending = false
+			if d := m.deferred; d != nil {
+				m.deferred = nil
+				left := max(d.delay-now.Sub(d.at), 0).Round(time.Second)
+				byDelay[left] = append(byDelay[left], Visibility{Receipt: m.Receipt, Timeout: left})
+			}
+		}
+		r.mu.Unlock()
+		for _, changes := range byDelay {
+			r.changeVisibility(changes, "cannot change visibility; the messages return when their timeout ends")
 		}
 	}
 }

@@ -59,12 +59,36 @@ func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credenti
 	if c, ok := s.creds.Get(key); ok {
 		return c.(dispatch.Credentials), nil
 	}
+	s.credsMu.Lock()
+	gen := s.credsGen
+	s.credsMu.Unlock()
 	c, err := s.readCredentials(ctx, s.pool, id, "")
 	if err != nil {
 		return c, err
 	}
-	s.creds.SetDefault(key, c)
+	if s.afterCredentialsRead != nil {
+		s.afterCredentialsRead()
+	}
+	s.credsMu.Lock()
+	if s.credsGen == gen { // no invalidation since the read began
+		s.creds.SetDefault(key, c)
+	}
+	s.credsMu.Unlock()
 	return c, nil
+}
+
+// invalidateCredentials drops id from the cache (all entries when id is 0)
+// after a change has committed, and stops every cache miss already reading
+// from storing its possibly older copy.
+func (s *Store) invalidateCredentials(id int64) {
+	s.credsMu.Lock()
+	defer s.credsMu.Unlock()
+	s.credsGen++
+	if id == 0 {
+		s.creds.Flush()
+		return
+	}
+	s.creds.Delete(strconv.FormatInt(id, 10))
 }
 
 // readCredentials reads credentials from the table (never the cache) and
@@ -73,14 +97,16 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, id int64, lock string) (dispatch.Credentials, error) {
 	var (
-		c                        dispatch.Credentials
-		bearer, secret, previous []byte
+		c              dispatch.Credentials
+		bearer, secret []byte
+		previous       [][]byte
+		expires        []time.Time
 	)
 	err := q.QueryRow(ctx, `
-		SELECT id, bearer_token, signing_secret, previous_secret, previous_expires_at, algorithm,
+		SELECT id, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
 			signature_scheme, created_at, updated_at
 		FROM dispatch_credentials WHERE id = $1 `+lock, id).Scan(&c.ID, &bearer, &secret, &previous,
-		&c.PreviousExpiresAt, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
+		&expires, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, notFound("credentials", id)
 	}
@@ -93,8 +119,15 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 	if c.SigningSecret, err = s.openOpt(id, "signing_secret", secret); err != nil {
 		return c, err
 	}
-	if c.PreviousSecret, err = s.openOpt(id, "previous_secret", previous); err != nil {
-		return c, err
+	if len(previous) != len(expires) {
+		return c, fmt.Errorf("store: credentials %d: %d previous secrets but %d expiries", id, len(previous), len(expires))
+	}
+	for i, sealed := range previous {
+		p, err := s.openOpt(id, "previous_secret", sealed)
+		if err != nil {
+			return c, err
+		}
+		c.Previous = append(c.Previous, dispatch.PreviousSecret{Secret: p, ExpiresAt: expires[i]})
 	}
 	return c, nil
 }
@@ -103,7 +136,7 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 // a clear lastError when they are processed.
 func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM dispatch_credentials WHERE id = $1`, id)
-	s.creds.Delete(strconv.FormatInt(id, 10))
+	s.invalidateCredentials(id)
 	if err != nil {
 		return fmt.Errorf("store: delete credentials %d: %w", id, err)
 	}
@@ -113,11 +146,17 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 	return nil
 }
 
+// MaxPreviousSecrets bounds how many replaced secrets may be in their grace
+// period at once (each is one more signature on every delivery).
+const MaxPreviousSecrets = 10
+
 // RotateCredentials makes newSecret the signing secret and keeps the current
-// one valid until now+grace. The current secret is read from the table
-// under a row lock, not from the cache: a rotation another replica made a
-// moment ago, or one running at the same time, must not be lost (its new
-// secret would stop verifying at once, with no grace period).
+// one valid until now+grace. Secrets replaced by earlier rotations keep
+// their own grace period, but none outlives the new one: a rotation with
+// grace 0 ends every old secret at once (after a leak). The current secret
+// is read from the table under a row lock, not from the cache: a rotation
+// another replica made a moment ago, or one running at the same time, must
+// not be lost (its new secret would stop verifying at once).
 func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret string, grace time.Duration) (dispatch.Credentials, error) {
 	var cur dispatch.Credentials
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -125,27 +164,49 @@ func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret strin
 		if cur, err = s.readCredentials(ctx, tx, id, "FOR UPDATE"); err != nil {
 			return err
 		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		until := now.Add(grace)
+		previous := []dispatch.PreviousSecret{{Secret: cur.SigningSecret, ExpiresAt: until}}
+		for _, p := range cur.Previous {
+			if p.ExpiresAt.After(until) {
+				p.ExpiresAt = until
+			}
+			previous = append(previous, p)
+		}
+		var (
+			live    []dispatch.PreviousSecret
+			sealed  = [][]byte{} // empty arrays, not NULL
+			expires = []time.Time{}
+		)
+		for _, p := range previous {
+			if !p.ExpiresAt.After(now) {
+				continue // its grace period is over: forget it
+			}
+			b, err := s.sealOpt(id, "previous_secret", p.Secret)
+			if err != nil {
+				return err
+			}
+			live, sealed, expires = append(live, p), append(sealed, b), append(expires, p.ExpiresAt)
+		}
+		if len(live) > MaxPreviousSecrets {
+			return dispatch.Errorf(dispatch.EConflict, "credentials %d already have %d old secrets in their grace period; wait until one ends, or rotate with gracePeriod 0s to end them all",
+				id, len(live)-1)
+		}
 		secret, err := s.sealOpt(id, "signing_secret", newSecret)
 		if err != nil {
 			return err
 		}
-		previous, err := s.sealOpt(id, "previous_secret", cur.SigningSecret)
-		if err != nil {
-			return err
-		}
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		until := now.Add(grace)
 		if _, err := tx.Exec(ctx, `
-			UPDATE dispatch_credentials SET signing_secret = $2, previous_secret = $3,
-				previous_expires_at = $4, updated_at = $5
-			WHERE id = $1`, id, secret, previous, until, now); err != nil {
+			UPDATE dispatch_credentials SET signing_secret = $2, previous_secrets = $3,
+				previous_expires = $4, updated_at = $5
+			WHERE id = $1`, id, secret, sealed, expires, now); err != nil {
 			return fmt.Errorf("store: rotate credentials %d: %w", id, err)
 		}
-		cur.PreviousSecret, cur.PreviousExpiresAt = cur.SigningSecret, &until
+		cur.Previous = live
 		cur.SigningSecret, cur.UpdatedAt = newSecret, now
 		return nil
 	})
-	s.creds.Delete(strconv.FormatInt(id, 10))
+	s.invalidateCredentials(id)
 	return cur, err
 }
 
@@ -157,46 +218,70 @@ func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret strin
 func (s *Store) Reseal(ctx context.Context) (int, error) {
 	n := 0
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, bearer_token, signing_secret, previous_secret FROM dispatch_credentials FOR UPDATE`)
+		rows, err := tx.Query(ctx, `SELECT id, bearer_token, signing_secret, previous_secrets FROM dispatch_credentials FOR UPDATE`)
 		if err != nil {
 			return err
 		}
 		type row struct {
-			id   int64
-			vals [3][]byte
+			id       int64
+			vals     [2][]byte
+			previous [][]byte
 		}
 		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
-			return x, r.Scan(&x.id, &x.vals[0], &x.vals[1], &x.vals[2])
+			return x, r.Scan(&x.id, &x.vals[0], &x.vals[1], &x.previous)
 		})
 		if err != nil {
 			return err
 		}
-		columns := [3]string{"bearer_token", "signing_secret", "previous_secret"}
+		// reseal returns v sealed under the current key, or nil when it
+		// already is. Plain-text values (written without a key, in
+		// insecure mode) are opened too: encrypting them is what rekey is for.
+		reseal := func(id int64, col string, v []byte) ([]byte, error) {
+			if v == nil || !s.sealer.NeedsReseal(v, sealContext(id, col)) {
+				return nil, nil
+			}
+			plain, err := s.sealer.open(v, sealContext(id, col), true)
+			if err != nil {
+				return nil, fmt.Errorf("credentials %d %s: %w", id, col, err)
+			}
+			return s.sealOpt(id, col, plain)
+		}
+		columns := [2]string{"bearer_token", "signing_secret"}
 		for _, x := range all {
 			for i, col := range columns {
-				if x.vals[i] == nil || !s.sealer.NeedsReseal(x.vals[i], sealContext(x.id, col)) {
+				sealed, err := reseal(x.id, col, x.vals[i])
+				if err != nil || sealed == nil {
+					if err != nil {
+						return err
+					}
 					continue
-				}
-				// Plain-text values (written without a key, in insecure
-				// mode) are opened too: encrypting them is what rekey is for.
-				plain, err := s.sealer.open(x.vals[i], sealContext(x.id, col), true)
-				if err != nil {
-					return fmt.Errorf("credentials %d %s: %w", x.id, col, err)
-				}
-				sealed, err := s.sealOpt(x.id, col, plain)
-				if err != nil {
-					return err
 				}
 				if _, err := tx.Exec(ctx, `UPDATE dispatch_credentials SET `+col+` = $2 WHERE id = $1`, x.id, sealed); err != nil {
 					return err
 				}
 				n++
 			}
+			changed := false
+			for i, v := range x.previous {
+				sealed, err := reseal(x.id, "previous_secret", v)
+				if err != nil {
+					return err
+				}
+				if sealed != nil {
+					x.previous[i], changed = sealed, true
+					n++
+				}
+			}
+			if changed {
+				if _, err := tx.Exec(ctx, `UPDATE dispatch_credentials SET previous_secrets = $2 WHERE id = $1`, x.id, x.previous); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
-	s.creds.Flush()
+	s.invalidateCredentials(0)
 	if err != nil {
 		return 0, fmt.Errorf("store: reseal: %w", err)
 	}

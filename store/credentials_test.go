@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,7 +85,7 @@ func TestCredentialsEncryptedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rows, err := pool.Query(t.Context(), `SELECT bearer_token, signing_secret, previous_secret, algorithm, signature_scheme FROM dispatch_credentials`)
+	rows, err := pool.Query(t.Context(), `SELECT bearer_token, signing_secret, (SELECT string_agg(p, ''::bytea) FROM unnest(previous_secrets) p), algorithm, signature_scheme FROM dispatch_credentials`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +120,8 @@ func TestCredentialsEncryptedAtRest(t *testing.T) {
 	}
 
 	got := getCredentials(t, st, c.ID)
-	if got.BearerToken != bearer || got.SigningSecret != next || got.PreviousSecret != secret {
-		t.Errorf("GetCredentials = bearer %q secret %q previous %q; want the plain values", got.BearerToken, got.SigningSecret, got.PreviousSecret)
+	if got.BearerToken != bearer || got.SigningSecret != next || !slices.Equal(got.ActivePrevious(time.Now()), []string{secret}) {
+		t.Errorf("GetCredentials = bearer %q secret %q previous %q; want the plain values", got.BearerToken, got.SigningSecret, got.ActivePrevious(time.Now()))
 	}
 }
 
@@ -180,13 +181,13 @@ func TestRotateCredentials(t *testing.T) {
 		t.Fatalf("RotateCredentials: %v", err)
 	}
 	for name, got := range map[string]dispatch.Credentials{"returned": rot, "stored": getCredentials(t, st, c.ID)} {
-		if got.SigningSecret != next || got.PreviousSecret != secret || got.BearerToken != bearer {
-			t.Errorf("%s: secret %q previous %q bearer %q; want the new secret, the old as previous, the bearer kept", name, got.SigningSecret, got.PreviousSecret, got.BearerToken)
+		if got.SigningSecret != next || !slices.Equal(got.ActivePrevious(time.Now()), []string{secret}) || got.BearerToken != bearer {
+			t.Errorf("%s: secret %q previous %q bearer %q; want the new secret, the old as previous, the bearer kept", name, got.SigningSecret, got.ActivePrevious(time.Now()), got.BearerToken)
 		}
-		if got.PreviousExpiresAt == nil || got.PreviousExpiresAt.Before(before.Add(24*time.Hour-time.Second)) || got.PreviousExpiresAt.After(time.Now().Add(24*time.Hour)) {
-			t.Errorf("%s: previous expires at %v, want about 24h from now", name, got.PreviousExpiresAt)
+		if ends := got.GraceEnds(time.Now()); ends == nil || ends.Before(before.Add(24*time.Hour-time.Second)) || ends.After(time.Now().Add(24*time.Hour)) {
+			t.Errorf("%s: previous expires at %v, want about 24h from now", name, ends)
 		}
-		if got.ActivePrevious(time.Now()) != secret || got.ActivePrevious(time.Now().Add(25*time.Hour)) != "" {
+		if len(got.ActivePrevious(time.Now().Add(25*time.Hour))) != 0 {
 			t.Errorf("%s: the previous secret is not valid exactly for the grace period", name)
 		}
 	}
@@ -227,8 +228,8 @@ func TestReseal(t *testing.T) {
 		t.Errorf("CheckKey with the new key: %v", err)
 	}
 	got := getCredentials(t, fresh, a.ID)
-	if got.BearerToken != bearer || got.SigningSecret != "whsec_rotated" || got.PreviousSecret != secret {
-		t.Errorf("after reseal: bearer %q secret %q previous %q", got.BearerToken, got.SigningSecret, got.PreviousSecret)
+	if got.BearerToken != bearer || got.SigningSecret != "whsec_rotated" || !slices.Equal(got.ActivePrevious(time.Now()), []string{secret}) {
+		t.Errorf("after reseal: bearer %q secret %q previous %q", got.BearerToken, got.SigningSecret, got.ActivePrevious(time.Now()))
 	}
 	if got := getCredentials(t, fresh, b.ID); got.SigningSecret != "whsec_no_bearer" || got.BearerToken != "" {
 		t.Errorf("after reseal: b = secret %q bearer %q", got.SigningSecret, got.BearerToken)
@@ -237,4 +238,41 @@ func TestReseal(t *testing.T) {
 	if _, err := stale.GetCredentials(t.Context(), a.ID); !errors.Is(err, store.ErrWrongKey) {
 		t.Errorf("the old key still opens resealed secrets: err = %v", err)
 	}
+}
+
+// Two rotations inside the grace period keep both old secrets, each with
+// its own expiry; a rotation with no grace ends them all.
+func TestRotateTwiceWithinGraceKeepsEveryOldSecret(t *testing.T) {
+	t.Parallel()
+	st, _ := setupKeyed(t, newKey(t))
+	c := createCredentials(t, st) // S0 = secret
+	t0 := time.Now()
+	if _, err := st.RotateCredentials(t.Context(), c.ID, "whsec_s1", 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RotateCredentials(t.Context(), c.ID, "whsec_s2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got := getCredentials(t, st, c.ID)
+	if active := got.ActivePrevious(time.Now()); got.SigningSecret != "whsec_s2" || !slices.Equal(active, []string{"whsec_s1", secret}) {
+		t.Fatalf("after two rotations: current %q, previous %q; want s2, then s1 and S0 both valid", got.SigningSecret, active)
+	}
+	// No old secret outlives the latest rotation's grace period (1h).
+	if active := got.ActivePrevious(t0.Add(61 * time.Minute)); len(active) != 0 {
+		t.Errorf("after the latest grace period: %q still valid", active)
+	}
+	if _, err := st.RotateCredentials(t.Context(), c.ID, "whsec_s3", 0); err != nil {
+		t.Fatal(err)
+	}
+	if active := getCredentials(t, st, c.ID).ActivePrevious(time.Now()); len(active) != 0 {
+		t.Errorf("a rotation with no grace left %q valid", active)
+	}
+	// The number of old secrets in their grace period is bounded.
+	for i := range store.MaxPreviousSecrets {
+		if _, err := st.RotateCredentials(t.Context(), c.ID, "whsec_n"+string(rune('a'+i)), time.Hour); err != nil {
+			t.Fatalf("rotation %d: %v", i, err)
+		}
+	}
+	_, err := st.RotateCredentials(t.Context(), c.ID, "whsec_one_too_many", time.Hour)
+	wantCode(t, err, dispatch.EConflict)
 }

@@ -271,11 +271,22 @@ func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attem
 // CancelJob moves a PENDING or FAILED job to CANCELLED. A job in progress
 // or already terminal is a conflict.
 func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	// Later jobs of its group whose pointers stepped aside to wait for this
+	// one (until its schedule or retry) are sent now instead.
 	j, err := scanJob(s.pool.QueryRow(ctx, `
-		UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
-			last_error = 'cancelled', claimed_until = NULL
-		WHERE id = $1 AND status IN ('PENDING', 'FAILED')
-		RETURNING `+jobColumns, id))
+		WITH cancelled AS (
+			UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
+				last_error = 'cancelled', claimed_until = NULL
+			WHERE id = $1 AND status IN ('PENDING', 'FAILED')
+			RETURNING *
+		), released AS (
+			UPDATE dispatch_job d SET next_attempt_at = now()
+			FROM cancelled c
+			WHERE d.group_id = c.group_id AND d.id > c.id AND d.queued_at IS NULL
+				AND d.status IN ('PENDING', 'FAILED') AND d.next_attempt_at > now()
+				AND (d.scheduled_for IS NULL OR d.scheduled_for <= now())
+		)
+		SELECT `+jobColumns+` FROM cancelled`, id))
 	if err == nil {
 		return j, nil
 	}
@@ -321,11 +332,20 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 }
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
-// redrive), oldest first, in one transaction. It returns the new jobs.
-func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
+// redrive), oldest first, in one transaction. It returns the new jobs, and
+// the matching jobs it cannot replay (their credentials were deleted), each
+// with its reason: those are reported, not counted against limit, and never
+// stop the rest.
+//
+// A job replayed before, by an earlier or a concurrent redrive, is not
+// replayed again. The originals are locked (FOR UPDATE SKIP LOCKED) for the
+// whole transaction, and whether they were replayed is checked again once
+// they are locked: under READ COMMITTED the first check runs on a snapshot
+// that may predate a concurrent redrive's commit. So two overlapping
+// redrives split the dead letters between them; the second answers only
+// with what it replayed itself, possibly nothing.
+func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
 	where, args := filterWhere(f)
-	// Finished jobs not replayed before: running the same redrive twice
-	// does not deliver the same dead letters twice.
 	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
 	if where == "" {
@@ -333,10 +353,43 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	} else {
 		where += " AND " + terminal
 	}
-	var out []dispatch.Job
+	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
+	var out dispatch.ReplayResult
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id FROM dispatch_job`+where+
+		out = dispatch.ReplayResult{}
+		rows, err := tx.Query(ctx, `SELECT id, credentials_id FROM dispatch_job`+where+` AND `+credsGone+
 			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+		if err != nil {
+			return err
+		}
+		type orphan struct{ id, creds int64 }
+		orphans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
+			var o orphan
+			return o, r.Scan(&o.id, &o.creds)
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range orphans {
+			out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: o.id,
+				Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials %d were deleted", o.id, o.creds)})
+		}
+		rows, err = tx.Query(ctx, `SELECT id FROM dispatch_job`+where+` AND NOT (`+credsGone+`)`+
+			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`, limit), args...)
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		// A new statement, so a new snapshot: it sees every redrive that
+		// held one of these locks before us, since it has committed.
+		rows, err = tx.Query(ctx, `
+			SELECT id FROM dispatch_job o WHERE id = ANY($1)
+				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = o.id)
+			ORDER BY id`, locked)
 		if err != nil {
 			return err
 		}
@@ -346,15 +399,23 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		}
 		for _, id := range ids {
 			j, err := s.replay(ctx, tx, id)
+			if dispatch.ErrorCode(err) == dispatch.EInvalid {
+				// Its credentials went away since the query above: the
+				// check runs before any statement, so the transaction
+				// is intact and the rest goes on.
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials no longer exist", id)})
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			out = append(out, j)
+			out.Jobs = append(out.Jobs, j)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: bulk replay: %w", err)
+		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
 	}
 	return out, nil
 }

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,10 +62,10 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return err
 		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
 			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
-			return pointerDueBack(ctx, tx, j.ID, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
 		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
 			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
-			return pointerDueBack(ctx, tx, j.ID, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
 		}
 		if j.GroupID != "" {
 			var pred *time.Time
@@ -76,7 +78,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 				if pred != nil && pred.After(c.Until) {
 					c.Until = *pred
 				}
-				return stepAside(ctx, tx, j.ID, c.Until)
+				return stepAside(ctx, tx, j.ID, now, c.Until)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -122,7 +124,12 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 // group behind its first message, so a pointer that waits at the head of its
 // group for an earlier job whose own pointer is behind it (re-sent after an
 // outage or a loss) would block that group for good.
-func stepAside(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error {
+func stepAside(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time) error {
+	// A far-future predecessor (scheduled months ahead) is looked at again
+	// within the SQS visibility limit; a cancel brings the pointer forward.
+	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
+		until = latest
+	}
 	_, err := tx.Exec(ctx, `
 		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1,
 			next_attempt_at = GREATEST(next_attempt_at, $2)
@@ -142,10 +149,16 @@ func stepAsideDelay(gen int) time.Duration {
 	return min(500*time.Millisecond<<min(gen-1, 6), 30*time.Second)
 }
 
-// pointerDueBack notes that the job's pointer is alive and due back at
-// until, so the sweep does not take a job that is only waiting (for its
-// group, its lease or its time) for a lost one and send copies.
-func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, until time.Time) error {
+// pointerDueBack notes that the job's pointer is alive and due back when
+// the processor asked for it (until), so the sweep does not take a job that
+// is only waiting (for its group, its lease or its time) for a lost one and
+// send copies. The processor's answer sets the message's visibility, which
+// SQS caps at 12 h: that, not a far-future until (a predecessor scheduled
+// months ahead), is when a lost message is known to be missing.
+func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time) error {
+	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
+		until = latest
+	}
 	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
 	return err
 }
@@ -242,42 +255,76 @@ func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, rea
 	return nil
 }
 
-// PublishDue locks up to limit due jobs whose pointer is not on the queue
-// (FOR UPDATE SKIP LOCKED, so replicas share the work), hands them to send,
-// and marks the ones send reports as sent. It returns how many it sent.
+// PublishDue takes up to limit due jobs whose pointer is not on the queue,
+// hands them to send, and returns how many send reports as sent.
+//
+// No row lock or transaction is held while send talks to the queue: one
+// statement marks the jobs queued (FOR UPDATE SKIP LOCKED inside it, so
+// replicas share the work) and commits, send runs, and the jobs send did not
+// report as sent are marked unsent again. A job cancelled meanwhile is
+// cancelled at once; its pointer, if it went out, is dropped by the
+// processor. Should the process die between the mark and the send, those
+// jobs look queued and the sweep sends them after DISPATCH_REQUEUE_AFTER,
+// as for a lost message: at least once, never never.
 func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
-	var (
-		sent    []int64
-		sendErr error
-	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(group_id, ''), pointer_gen FROM dispatch_job
+	rows, err := s.pool.Query(ctx, `
+		UPDATE dispatch_job SET queued_at = $1
+		WHERE id IN (
+			SELECT id FROM dispatch_job
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 			ORDER BY next_attempt_at, id LIMIT $2
-			FOR UPDATE SKIP LOCKED`, now, limit)
-		if err != nil {
-			return err
-		}
-		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
-			var u dispatch.Unsent
-			return u, r.Scan(&u.ID, &u.GroupID, &u.Gen)
-		})
-		if err != nil || len(due) == 0 {
-			return err
-		}
-		sent, sendErr = send(due)
-		if len(sent) > 0 {
-			// Marked even when a later batch failed: what SQS took must not
-			// be sent again and again.
-			if _, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = ANY($1)`, sent, now); err != nil {
-				return err
-			}
-		}
-		return nil
+			FOR UPDATE SKIP LOCKED)
+		RETURNING id, COALESCE(group_id, ''), pointer_gen, next_attempt_at`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: publish: %w", err)
+	}
+	type taken struct {
+		u   dispatch.Unsent
+		due time.Time
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (taken, error) {
+		var x taken
+		return x, r.Scan(&x.u.ID, &x.u.GroupID, &x.u.Gen, &x.due)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
+	}
+	if len(all) == 0 {
+		return 0, nil
+	}
+	// RETURNING has no order: send in the order the jobs fell due, so a
+	// group's pointers go out in creation order.
+	slices.SortFunc(all, func(a, b taken) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.u.ID, b.u.ID)
+	})
+	due := make([]dispatch.Unsent, len(all))
+	for i, x := range all {
+		due[i] = x.u
+	}
+	sent, sendErr := send(due)
+	if len(sent) < len(due) {
+		ok := make(map[int64]bool, len(sent))
+		for _, id := range sent {
+			ok[id] = true
+		}
+		var unsent []int64
+		for _, u := range due {
+			if !ok[u.ID] {
+				unsent = append(unsent, u.ID)
+			}
+		}
+		// Only rows still carrying this mark: a sweep or a processor may
+		// have moved them on. Done even when ctx has ended (shutdown),
+		// or they would wait for the sweep.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := s.pool.Exec(uctx, `UPDATE dispatch_job SET queued_at = NULL WHERE id = ANY($1) AND queued_at = $2`, unsent, now)
+		cancel()
+		if err != nil {
+			return len(sent), fmt.Errorf("store: publish: unmark unsent jobs: %w", errors.Join(err, sendErr))
+		}
 	}
 	if sendErr != nil {
 		return len(sent), fmt.Errorf("store: publish: %w", sendErr)

@@ -713,3 +713,46 @@ func markQueued(t *testing.T, st *store.Store, at time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// A job blocked behind a far-scheduled job of its group steps its pointer
+// aside (the refused copy is acknowledged and the job marked unsent): it is
+// sent again within SQS's 12 h visibility limit, not at the predecessor's
+// time, and at once when the predecessor is cancelled. (Issue 11 #2: it had
+// waited for the predecessor's schedule, 30 days.)
+func TestBlockedJobBehindAFarScheduledJobIsSentAgain(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	a := createJob(t, st, withGroup("g"), func(j *dispatch.Job) { at := t0.Add(30 * 24 * time.Hour); j.ScheduledFor = &at })
+	b := createJob(t, st, withGroup("g"))
+	markQueued(t, st, t0) // b goes out; a is not due
+	claim(t, st, b.ID, t0.Add(2*time.Second), dispatch.ClaimBlocked)
+	got := getJob(t, st, b.ID)
+	if got.QueuedAt != nil {
+		t.Errorf("b stepped aside but is still marked queued (%v): nothing would send it again", got.QueuedAt)
+	}
+	if got.NextAttemptAt == nil || got.NextAttemptAt.After(t0.Add(2*time.Second+dispatch.MaxVisibilityDelay)) {
+		t.Errorf("b is due again at %v, want within 12 h of the refusal", got.NextAttemptAt)
+	}
+	published := func(at time.Time) []int64 {
+		var ids []int64
+		if _, err := st.PublishDue(t.Context(), at, 1000, func(due []dispatch.Unsent) ([]int64, error) {
+			for _, u := range due {
+				ids = append(ids, u.ID)
+			}
+			return ids, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if ids := published(t0.Add(time.Hour)); len(ids) != 0 {
+		t.Errorf("published %v an hour later; b waits for a (or for 12 h)", ids)
+	}
+	if _, err := st.CancelJob(t.Context(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids := published(time.Now().Add(time.Second)); len(ids) != 1 || ids[0] != b.ID {
+		t.Errorf("after a was cancelled the publisher sent %v, want b (%d) at once", ids, b.ID)
+	}
+}

@@ -62,7 +62,7 @@ func TestResealEncryptsPlainTextSecrets(t *testing.T) {
 func rowContains(t *testing.T, pool *pgxpool.Pool, id int64, plain string) bool {
 	t.Helper()
 	var bearerCol, secretCol, previousCol []byte
-	err := pool.QueryRow(t.Context(), `SELECT bearer_token, signing_secret, previous_secret FROM dispatch_credentials WHERE id = $1`, id).
+	err := pool.QueryRow(t.Context(), `SELECT bearer_token, signing_secret, (SELECT string_agg(p, ''::bytea) FROM unnest(previous_secrets) p) FROM dispatch_credentials WHERE id = $1`, id).
 		Scan(&bearerCol, &secretCol, &previousCol)
 	if err != nil {
 		t.Fatalf("read credentials row: %v", err)

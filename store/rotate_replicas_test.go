@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"github.com/dispatchhq/dispatch"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestRotateCredentialsAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, got := range map[string]string{"returned": rot.PreviousSecret, "stored": getCredentials(t, a, c.ID).PreviousSecret} {
+	for name, got := range map[string]string{"returned": newest(rot), "stored": newest(getCredentials(t, a, c.ID))} {
 		if got != "whsec_from_replica_a" {
 			t.Errorf("%s previous secret = %q, want replica A's secret (B rotated from its stale cache)", name, got)
 		}
@@ -51,7 +52,7 @@ func TestRotateCredentialsConcurrently(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			previous[i] = rot.PreviousSecret
+			previous[i] = newest(rot)
 		})
 	}
 	wg.Wait()
@@ -65,4 +66,12 @@ func TestRotateCredentialsConcurrently(t *testing.T) {
 	if !seen[secret] {
 		t.Errorf("no rotation replaced the original secret; previous secrets: %v", previous)
 	}
+}
+
+// newest returns the secret the last rotation replaced.
+func newest(c dispatch.Credentials) string {
+	if len(c.Previous) == 0 {
+		return ""
+	}
+	return c.Previous[0].Secret
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bwmarrin/snowflake"
@@ -43,6 +44,15 @@ type Store struct {
 	ids    *snowflake.Node
 	sealer *Sealer
 	creds  *cache.Cache
+	// credsMu and credsGen keep a cache miss from storing what it read
+	// once an invalidation has run since: a miss notes the generation
+	// before it reads, and stores only if it has not moved.
+	credsMu  sync.Mutex
+	credsGen uint64
+
+	// afterCredentialsRead runs between a cache miss's read and its cache
+	// write (tests only: it lets a test put an invalidation in between).
+	afterCredentialsRead func()
 }
 
 // New returns a Store over an open pool.

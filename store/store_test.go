@@ -385,7 +385,8 @@ func TestReplayJobs(t *testing.T) {
 	live := createJob(t, st, withSource("billing"))
 
 	filter := dispatch.JobFilter{Source: "billing", Statuses: []dispatch.Status{dispatch.StatusError}}
-	got, err := st.ReplayJobs(t.Context(), filter, 2)
+	res, err := st.ReplayJobs(t.Context(), filter, 2)
+	got := res.Jobs
 	if err != nil {
 		t.Fatalf("ReplayJobs: %v", err)
 	}
@@ -401,7 +402,8 @@ func TestReplayJobs(t *testing.T) {
 	}
 
 	// Without a status filter only terminal jobs are replayed.
-	got, err = st.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "billing"}, 100)
+	res, err = st.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "billing"}, 100)
+	got = res.Jobs
 	if err != nil {
 		t.Fatalf("ReplayJobs: %v", err)
 	}
@@ -415,8 +417,8 @@ func TestReplayJobs(t *testing.T) {
 		t.Errorf("replayed %d billing jobs, want only the one ERROR job not replayed before", len(got))
 	}
 	again, err := st.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "billing", Statuses: []dispatch.Status{dispatch.StatusError}}, 100)
-	if err != nil || len(again) != 0 {
-		t.Errorf("a repeated redrive replayed %d jobs (err %v), want 0", len(again), err)
+	if err != nil || len(again.Jobs) != 0 {
+		t.Errorf("a repeated redrive replayed %d jobs (err %v), want 0", len(again.Jobs), err)
 	}
 }
 

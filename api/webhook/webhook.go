@@ -11,9 +11,10 @@
 //	webhook-timestamp: <unix seconds>
 //	webhook-signature: v1,base64(HMAC-SHA256(key, id + "." + timestamp + "." + payload))
 //
-// During a secret rotation's grace period the sender also signs with the
-// previous secret (X-FLOWCATALYST-SIGNATURE-PREVIOUS, or a second entry in
-// webhook-signature), so a receiver holding either secret verifies.
+// During a secret rotation's grace period the sender also signs with each
+// previous secret still valid (X-FLOWCATALYST-SIGNATURE-PREVIOUS, one
+// signature per secret, space-separated; or more entries in
+// webhook-signature), so a receiver holding any of them verifies.
 //
 // Receivers use a [Verifier]; the sender uses [Sign], [NewSecret] and
 // [ValidateSecret].
@@ -69,8 +70,9 @@ func (s Scheme) orDefault() Scheme {
 const (
 	// HeaderSignature carries the FLOWCATALYST signature made with the current secret.
 	HeaderSignature = "X-FLOWCATALYST-SIGNATURE"
-	// HeaderSignaturePrevious carries the FLOWCATALYST signature made with the
-	// previous secret, only during a rotation's grace period.
+	// HeaderSignaturePrevious carries the FLOWCATALYST signatures made with
+	// the previous secrets still in a rotation's grace period, newest first,
+	// space-separated (usually just one).
 	HeaderSignaturePrevious = "X-FLOWCATALYST-SIGNATURE-PREVIOUS"
 	// HeaderTimestamp carries the FLOWCATALYST timestamp, see [TimestampLayout].
 	HeaderTimestamp = "X-FLOWCATALYST-TIMESTAMP"
@@ -133,8 +135,9 @@ type Signing struct {
 	ID string
 	// Secret is the current secret.
 	Secret string
-	// Previous is the previous secret during a rotation grace period, or "".
-	Previous string
+	// Previous are the previous secrets still in a rotation's grace period,
+	// newest first (none outside one).
+	Previous []string
 	// Timestamp is the signing time; the zero value means time.Now().
 	Timestamp time.Time
 }
@@ -158,8 +161,17 @@ func Sign(h http.Header, s Signing, payload []byte) error {
 		stamp := ts.UTC().Format(TimestampLayout)
 		h.Set(HeaderTimestamp, stamp)
 		h.Set(HeaderSignature, flowCatalystSignature([]byte(s.Secret), stamp, payload))
-		if s.Previous != "" {
-			h.Set(HeaderSignaturePrevious, flowCatalystSignature([]byte(s.Previous), stamp, payload))
+		if len(s.Previous) > 0 {
+			// One signature per previous secret, space-separated (one
+			// value, as before, when a single rotation is in its grace).
+			prev := make([]string, len(s.Previous))
+			for i, p := range s.Previous {
+				if p == "" {
+					return fmt.Errorf("webhook: sign: previous secret %d: %w: empty", i, ErrInvalidSecret)
+				}
+				prev[i] = flowCatalystSignature([]byte(p), stamp, payload)
+			}
+			h.Set(HeaderSignaturePrevious, strings.Join(prev, " "))
 		} else {
 			h.Del(HeaderSignaturePrevious)
 		}
@@ -174,8 +186,8 @@ func Sign(h http.Header, s Signing, payload []byte) error {
 		}
 		stamp := strconv.FormatInt(ts.Unix(), 10)
 		sigs := "v1," + standardSignature(key, s.ID, stamp, payload)
-		if s.Previous != "" {
-			prev, err := decodeKey(s.Previous)
+		for _, p := range s.Previous {
+			prev, err := decodeKey(p)
 			if err != nil {
 				return fmt.Errorf("webhook: sign: previous secret: %w", err)
 			}
@@ -324,7 +336,9 @@ func (v Verifier) verifyFlowCatalyst(h http.Header, payload []byte) error {
 		return err
 	}
 	var got [][]byte
-	for _, s := range []string{sig, prev} {
+	// The previous-secret header holds one signature per secret still in
+	// its grace period, space-separated.
+	for _, s := range append([]string{sig}, strings.Fields(prev)...) {
 		if b, err := hex.DecodeString(strings.TrimSpace(s)); err == nil && len(b) == sha256.Size {
 			got = append(got, b)
 		}

@@ -139,7 +139,7 @@ func TestRotation(t *testing.T) {
 			both := webhook.Verifier{Scheme: scheme, Secrets: []string{newSecret, oldSecret}, Now: clock(now)}
 
 			// During the grace period both signatures are sent.
-			during := sign(t, webhook.Signing{Scheme: scheme, ID: "job-1", Secret: newSecret, Previous: oldSecret}, payload)
+			during := sign(t, webhook.Signing{Scheme: scheme, ID: "job-1", Secret: newSecret, Previous: []string{oldSecret}}, payload)
 			for name, v := range map[string]webhook.Verifier{"old only": oldOnly, "new only": newOnly, "both": both} {
 				if err := v.Verify(during, payload); err != nil {
 					t.Errorf("during grace, %s receiver: %v", name, err)
@@ -161,7 +161,7 @@ func TestRotation(t *testing.T) {
 }
 
 func TestRotationHeaders(t *testing.T) {
-	h := sign(t, webhook.Signing{Secret: newSecret, Previous: oldSecret}, payload)
+	h := sign(t, webhook.Signing{Secret: newSecret, Previous: []string{oldSecret}}, payload)
 	cur, prev := h.Get(webhook.HeaderSignature), h.Get(webhook.HeaderSignaturePrevious)
 	if cur == "" || prev == "" || cur == prev {
 		t.Errorf("FLOWCATALYST rotation headers: current %q, previous %q", cur, prev)
@@ -177,7 +177,7 @@ func TestRotationHeaders(t *testing.T) {
 		t.Errorf("re-signed signature = %q, want %q", got, cur)
 	}
 
-	h = sign(t, webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: newSecret, Previous: oldSecret}, payload)
+	h = sign(t, webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: newSecret, Previous: []string{oldSecret}}, payload)
 	sigs := strings.Split(h.Get(webhook.HeaderWebhookSignature), " ")
 	single := sign(t, webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: newSecret}, payload)
 	if len(sigs) != 2 || sigs[0] != single.Get(webhook.HeaderWebhookSignature) || !strings.HasPrefix(sigs[1], "v1,") {
@@ -381,7 +381,7 @@ func TestSignErrors(t *testing.T) {
 		{"unknown scheme", webhook.Signing{Scheme: "HMAC", Secret: newSecret}},
 		{"STANDARD_WEBHOOKS without id", webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, Secret: newSecret}},
 		{"STANDARD_WEBHOOKS bad secret", webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: "whsec_%%%"}},
-		{"STANDARD_WEBHOOKS bad previous", webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: newSecret, Previous: "%%%"}},
+		{"STANDARD_WEBHOOKS bad previous", webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, ID: "job-1", Secret: newSecret, Previous: []string{"%%%"}}},
 	} {
 		h := http.Header{}
 		err := webhook.Sign(h, tc.s, payload)
@@ -593,7 +593,7 @@ func FuzzVerify(f *testing.F) {
 		}
 
 		// Whatever the body and id, what Sign makes verifies, and not for another body.
-		s := webhook.Signing{Scheme: v.Scheme, ID: id, Secret: newSecret, Previous: oldSecret, Timestamp: now}
+		s := webhook.Signing{Scheme: v.Scheme, ID: id, Secret: newSecret, Previous: []string{oldSecret}, Timestamp: now}
 		if s.ID == "" {
 			s.ID = "job-1"
 		}

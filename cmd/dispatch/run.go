@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dispatchhq/dispatch"
@@ -272,7 +273,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 	}
 	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
-		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint})
+		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout})
 	if err != nil {
 		return err
 	}
@@ -314,6 +315,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
+			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
@@ -348,7 +350,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			defer stopAPI()
 			return rt.Run(routerCtx)
 		})
-		srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: 10 * time.Second}
+		// Bounded like the API's listener: slow or idle clients are cut
+		// off and connections are limited.
+		srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: min(10*time.Second, a.cfg.HTTPReadTimeout),
+			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
+		routerHTTP = netutil.LimitListener(routerHTTP, a.cfg.HTTPMaxConns)
 		g.Go(func() error {
 			go func() {
 				<-routerDone

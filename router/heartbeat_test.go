@@ -1,0 +1,186 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// hangingProxy forwards SQS requests to the real endpoint, except the
+// ChangeMessageVisibilityBatch calls whose body matches hang: those it
+// accepts and never answers (until the test ends).
+type hangingProxy struct {
+	*httptest.Server
+	hung     chan struct{} // closed when the first call hangs
+	hungOnce sync.Once
+	stop     chan struct{}
+}
+
+func newHangingProxy(t *testing.T, upstream string, hang *regexp.Regexp) *hangingProxy {
+	t.Helper()
+	p := &hangingProxy{hung: make(chan struct{}), stop: make(chan struct{})}
+	client := &http.Client{Timeout: 30 * time.Second}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ChangeMessageVisibilityBatch" && hang.Match(body) {
+			p.hungOnce.Do(func() { close(p.hung) })
+			select {
+			case <-r.Context().Done():
+			case <-p.stop:
+			}
+			return
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(func() {
+		p.Server.Close()
+		client.CloseIdleConnections()
+	})
+	return p
+}
+
+// A heartbeat whose ChangeMessageVisibilityBatch call hangs does not stop
+// the workers: a failed mediation's release does not wait for it, and the
+// next message is mediated at once.
+func TestHungHeartbeatDoesNotStopWorkers(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 3*time.Second) // heartbeat every second, extending to 3 s
+	proxy := newHangingProxy(t, q.Endpoint, regexp.MustCompile(`"VisibilityTimeout":3[,}]`))
+	rq, err := router.OpenQueue(context.Background(), router.QueueConfig{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstStarted := make(chan struct{})
+	mediated := make(chan string, 10)
+	med := &fakeMediator{fn: func(ptr dispatch.Pointer, call int) error {
+		mediated <- ptr.ID
+		if ptr.ID == "1" && call == 1 {
+			close(firstStarted)
+			<-proxy.hung // in flight while a heartbeat extending it hangs
+			return &dispatch.RetryAfter{Delay: time.Second, Reason: "target failed"}
+		}
+		return nil
+	}}
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("router did not stop")
+		}
+	})
+	t.Cleanup(func() { close(proxy.stop) }) // runs first: unblock the hung call
+
+	b := &bundle{rq: rq}
+	b.send(t, "a", 1)
+	<-firstStarted
+	b.send(t, "b", 2)
+	if got := <-mediated; got != "1" {
+		t.Fatalf("first mediation %s, want 1", got)
+	}
+	<-proxy.hung
+	began := time.Now()
+	select {
+	case got := <-mediated:
+		if got != "2" {
+			t.Errorf("next mediation %s, want 2", got)
+		}
+		t.Logf("next message mediated %v after the heartbeat hung", time.Since(began).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no mediation within 5 s while a heartbeat call hangs: the workers wait for it")
+	}
+}
+
+// syncLog is a concurrency-safe log sink.
+type syncLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// The router's start-up read of the queue's visibility timeout has a
+// deadline: against a peer that never answers it gives up, says so, and
+// tries again, rather than waiting forever in silence.
+func TestStartupAgainstAHungQueueRetriesAndLogs(t *testing.T) {
+	t.Parallel()
+	sqstest.SetEnv()
+	stop := make(chan struct{})
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the request's context ends when the client gives up
+		select {                           // accept, never answer
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	t.Cleanup(peer.Close)
+	t.Cleanup(func() { close(stop) }) // runs first
+	rq, err := router.OpenQueue(context.Background(), router.QueueConfig{URL: peer.URL + "/000000000000/hung.fifo", Endpoint: peer.URL, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncLog
+	r, err := router.New(rq, &fakeMediator{}, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	eventually(t, 5*time.Second, func() bool { return bytes.Contains([]byte(logs.String()), []byte("queue not available yet")) },
+		"the start-up read gave up within its deadline and logged")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("router did not stop")
+	}
+}

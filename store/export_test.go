@@ -1,0 +1,5 @@
+package store
+
+// SetAfterCredentialsRead installs a hook that runs between a credentials
+// cache miss's read and its cache write.
+func SetAfterCredentialsRead(s *Store, fn func()) { s.afterCredentialsRead = fn }
