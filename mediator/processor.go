@@ -16,6 +16,7 @@ type Store interface {
 	ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error)
 	FinishAttempt(ctx context.Context, a dispatch.Attempt, t dispatch.Transition) (bool, error)
 	Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error
+	ReserveDelivery(ctx context.Context, subscriptionID int64, now time.Time, maxWait time.Duration) (time.Time, bool, error)
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 }
 
@@ -30,6 +31,7 @@ type Processor struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	metrics  *Metrics
+	rateWait time.Duration
 	now      func() time.Time
 }
 
@@ -41,6 +43,9 @@ type ProcessorConfig struct {
 	DeliveryTimeout time.Duration
 	Logger          *slog.Logger
 	Metrics         *Metrics
+	// RateWait is how long a delivery may wait for its subscription's next
+	// rate-limit slot before it is sent back to the queue (default 1s).
+	RateWait time.Duration
 }
 
 // NewProcessor returns a Processor.
@@ -51,10 +56,13 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	if cfg.RateWait <= 0 {
+		cfg.RateWait = time.Second
+	}
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
-		metrics: cfg.Metrics, now: time.Now,
+		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now,
 	}
 }
 
@@ -107,6 +115,11 @@ func clampDelay(d time.Duration) time.Duration {
 
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
 	log = log.With("attempt", j.AttemptCount)
+	if j.SubscriptionID != 0 {
+		if d, held, err := p.pace(ctx, log, j); held || err != nil {
+			return d, err
+		}
+	}
 	var creds *dispatch.Credentials
 	if j.CredentialsID != 0 {
 		c, err := p.store.GetCredentials(ctx, j.CredentialsID)
@@ -137,6 +150,35 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 	d := p.sender.Send(ctx, &j, creds)
 	done(d.Retryable)
 	return p.record(ctx, log, j, d)
+}
+
+// pace holds a subscription's deliveries to its rateLimitPerSecond, shared
+// by every processor through the store: it waits for a slot due within
+// rateWait, or gives the claim back without spending an attempt (like an
+// open breaker) and asks for the message again when a slot is near.
+func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, bool, error) {
+	now := p.now().UTC()
+	slot, ok, err := p.store.ReserveDelivery(ctx, j.SubscriptionID, now, p.rateWait)
+	if err != nil {
+		p.unclaim(ctx, log, j, now.Add(p.backoff.Base), "rate limit unavailable")
+		return dispatch.Decision{}, true, err
+	}
+	if !ok {
+		reason := fmt.Sprintf("rate limit of subscription %d reached; not attempted", j.SubscriptionID)
+		p.unclaim(ctx, log, j, slot, reason)
+		p.metrics.rateLimited.Inc()
+		return retryAt(slot, now, reason), true, nil
+	}
+	if wait := slot.Sub(p.now()); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return dispatch.Decision{}, true, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return dispatch.Decision{}, false, nil
 }
 
 func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, next time.Time, reason string) {
