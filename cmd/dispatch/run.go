@@ -299,6 +299,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 		publisher := router.NewPublisher(q, st, router.PublisherConfig{
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
+			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
 		sender := mediator.NewSender(mediator.SenderConfig{
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
@@ -314,6 +315,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
+			Verifier: mediator.NewVerifier(st, sender, a.log),
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
