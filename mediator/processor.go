@@ -16,7 +16,8 @@ type Store interface {
 	ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error)
 	FinishAttempt(ctx context.Context, a dispatch.Attempt, t dispatch.Transition) (bool, error)
 	Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error
-	ReserveDelivery(ctx context.Context, subscriptionID int64, now time.Time, maxWait time.Duration) (time.Time, bool, error)
+	AcquireSlot(ctx context.Context, subscriptionID int64, hold time.Duration) (int, bool, time.Time, error)
+	ReleaseSlot(ctx context.Context, subscriptionID int64, slot int) error
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 }
 
@@ -116,9 +117,15 @@ func clampDelay(d time.Duration) time.Duration {
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
 	log = log.With("attempt", j.AttemptCount)
 	if j.SubscriptionID != 0 {
-		if d, held, err := p.pace(ctx, log, j); held || err != nil {
+		slot, d, held, err := p.pace(ctx, log, j)
+		if held || err != nil {
 			return d, err
 		}
+		defer func() {
+			if err := p.store.ReleaseSlot(ctx, j.SubscriptionID, slot); err != nil {
+				log.Warn("cannot release the rate-limit slot; it frees when the lease ends", "err", err)
+			}
+		}()
 	}
 	var creds *dispatch.Credentials
 	if j.CredentialsID != 0 {
@@ -153,32 +160,36 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 }
 
 // pace holds a subscription's deliveries to its rateLimitPerSecond, shared
-// by every processor through the store: it waits for a slot due within
-// rateWait, or gives the claim back without spending an attempt (like an
-// open breaker) and asks for the message again when a slot is near.
-func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, bool, error) {
-	now := p.now().UTC()
-	slot, ok, err := p.store.ReserveDelivery(ctx, j.SubscriptionID, now, p.rateWait)
-	if err != nil {
-		p.unclaim(ctx, log, j, now.Add(p.backoff.Base), "rate limit unavailable")
-		return dispatch.Decision{}, true, err
-	}
-	if !ok {
-		reason := fmt.Sprintf("rate limit of subscription %d reached; not attempted", j.SubscriptionID)
-		p.unclaim(ctx, log, j, slot, reason)
-		p.metrics.rateLimited.Inc()
-		return retryAt(slot, now, reason), true, nil
-	}
-	if wait := slot.Sub(p.now()); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
+// by every processor through the store's slots: it waits up to rateWait for
+// a slot, or gives the claim back without spending an attempt (like an open
+// breaker) and asks for the message again when a slot is due to be free.
+// The slot is released after the attempt (deliver's defer).
+func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) (int, dispatch.Decision, bool, error) {
+	start := p.now()
+	for {
+		slot, ok, until, err := p.store.AcquireSlot(ctx, j.SubscriptionID, p.lease())
+		if err != nil {
+			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "rate limit unavailable")
+			return 0, dispatch.Decision{}, true, err
+		}
+		if ok {
+			return slot, dispatch.Decision{}, false, nil
+		}
+		now := p.now()
+		if until.Sub(start) > p.rateWait {
+			reason := fmt.Sprintf("rate limit of subscription %d reached; not attempted", j.SubscriptionID)
+			p.unclaim(ctx, log, j, until, reason)
+			p.metrics.rateLimited.Inc()
+			return 0, retryAt(until, now, reason), true, nil
+		}
+		t := time.NewTimer(max(until.Sub(now), 10*time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return dispatch.Decision{}, true, ctx.Err()
+			t.Stop()
+			return 0, dispatch.Decision{}, true, ctx.Err()
 		case <-t.C:
 		}
 	}
-	return dispatch.Decision{}, false, nil
 }
 
 func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, next time.Time, reason string) {

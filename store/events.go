@@ -77,15 +77,23 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscripti
 		return dispatch.Subscription{}, err
 	}
 	now := time.Now().UTC()
-	out, err := scanSubscription(s.pool.QueryRow(ctx, `
+	var out dispatch.Subscription
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanSubscription(tx.QueryRow(ctx, `
 		INSERT INTO dispatch_subscription (id, name, url, event_types, filter, credentials_id, headers,
 			max_retries, retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason,
 			created_at, updated_at)
 		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$14)
 		RETURNING `+subscriptionColumns,
-		s.NewID(), sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
-		emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
-		nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now))
+			s.NewID(), sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
+			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now))
+		if err != nil {
+			return err
+		}
+		return ensureSlots(ctx, tx, out)
+	})
 	if err != nil {
 		return out, fmt.Errorf("store: create subscription: %w", interpret(err))
 	}
@@ -170,7 +178,10 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 			id, sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
 			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
 			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason)))
-		return err
+		if err != nil {
+			return err
+		}
+		return ensureSlots(ctx, tx, out)
 	})
 	if err != nil {
 		var de *dispatch.Error
@@ -203,7 +214,9 @@ func (s *Store) SetSubscriptionStatus(ctx context.Context, id int64, status disp
 
 // DeleteSubscription removes a subscription. Jobs already made for it go on.
 func (s *Store) DeleteSubscription(ctx context.Context, id int64) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM dispatch_subscription WHERE id = $1`, id)
+	tag, err := s.pool.Exec(ctx, `
+		WITH slots AS (DELETE FROM dispatch_subscription_slot WHERE subscription_id = $1)
+		DELETE FROM dispatch_subscription WHERE id = $1`, id)
 	if err != nil {
 		return fmt.Errorf("store: delete subscription %d: %w", id, err)
 	}
@@ -400,52 +413,84 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 	return events, total, nil
 }
 
-// rateHeadroom spaces a subscription's deliveries 5% wider than
-// 1/rateLimitPerSecond, so that network jitter between the claim and the
-// request reaching the receiver cannot put rate+1 requests in one second.
-const rateHeadroom = 1.05
-
-// ReserveDelivery takes the next delivery slot of a rate-limited
-// subscription, atomically in PostgreSQL so that every processor shares one
-// pace: slots are 1/rateLimitPerSecond apart (plus headroom). It returns
-// the slot (now, or up to maxWait ahead: wait for it, then deliver) and
-// ok=true; or ok=false and the time the next slot is free, when that is
-// further than maxWait ahead. A subscription with no limit (or deleted)
-// always gets a slot at once.
-func (s *Store) ReserveDelivery(ctx context.Context, subscriptionID int64, now time.Time, maxWait time.Duration) (time.Time, bool, error) {
-	var (
-		limit       *int32
-		next, taken *time.Time
-	)
+// AcquireSlot takes one of a rate-limited subscription's delivery slots
+// (rateLimitPerSecond of them, shared by every processor through
+// PostgreSQL, on the database's clock). A slot is held from now until
+// ReleaseSlot frees it one second after the response, or, should the holder
+// die, until hold has passed. So a request never reaches the receiver less
+// than a second after the request that held its slot before: no one-second
+// window ever sees more than rateLimitPerSecond requests arrive.
+//
+// It returns the slot and ok=true; slot −1 and ok=true when the
+// subscription has no limit (or was deleted); or ok=false and when the
+// first slot is due to be free.
+func (s *Store) AcquireSlot(ctx context.Context, subscriptionID int64, hold time.Duration) (int, bool, time.Time, error) {
+	var slot int
 	err := s.pool.QueryRow(ctx, `
-		WITH cur AS (
-			SELECT rate_limit_per_second AS r, rate_next_at AS n FROM dispatch_subscription WHERE id = $1
-		), taken AS (
-			UPDATE dispatch_subscription
-			SET rate_next_at = GREATEST(COALESCE(rate_next_at, $2), $2)
-				+ make_interval(secs => $4::float8 / rate_limit_per_second)
-			WHERE id = $1 AND rate_limit_per_second IS NOT NULL
-				AND COALESCE(rate_next_at, $2) <= $2 + make_interval(secs => $3::float8)
-			RETURNING rate_next_at - make_interval(secs => $4::float8 / rate_limit_per_second) AS slot
-		)
-		SELECT (SELECT r FROM cur), (SELECT n FROM cur), (SELECT slot FROM taken)`,
-		subscriptionID, now, maxWait.Seconds(), rateHeadroom).Scan(&limit, &next, &taken)
+		UPDATE dispatch_subscription_slot SET free_at = clock_timestamp() + make_interval(secs => $2::float8)
+		WHERE (subscription_id, slot) = (
+			SELECT k.subscription_id, k.slot FROM dispatch_subscription_slot k
+			JOIN dispatch_subscription s ON s.id = k.subscription_id
+			WHERE k.subscription_id = $1 AND k.slot < s.rate_limit_per_second AND k.free_at <= clock_timestamp()
+			ORDER BY k.free_at LIMIT 1
+			FOR UPDATE OF k SKIP LOCKED)
+		RETURNING slot`, subscriptionID, hold.Seconds()).Scan(&slot)
+	if err == nil {
+		return slot, true, time.Time{}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, time.Time{}, fmt.Errorf("store: acquire slot of subscription %d: %w", subscriptionID, err)
+	}
+	var (
+		limit *int32
+		free  *time.Time
+		dbNow time.Time
+	)
+	err = s.pool.QueryRow(ctx, `
+		SELECT s.rate_limit_per_second, (SELECT min(k.free_at) FROM dispatch_subscription_slot k
+			WHERE k.subscription_id = s.id AND k.slot < s.rate_limit_per_second), clock_timestamp()
+		FROM dispatch_subscription s WHERE s.id = $1`, subscriptionID).Scan(&limit, &free, &dbNow)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && limit == nil) {
+		return -1, true, time.Time{}, nil
+	}
 	if err != nil {
-		return now, false, fmt.Errorf("store: reserve delivery slot of subscription %d: %w", subscriptionID, err)
+		return 0, false, time.Time{}, fmt.Errorf("store: acquire slot of subscription %d: %w", subscriptionID, err)
 	}
-	switch {
-	case limit == nil:
-		return now, true, nil
-	case taken != nil:
-		return *taken, true, nil
+	// Due again when the first slot frees (on this process's clock), or in
+	// a moment when a slot is free but another processor had it locked.
+	wait := 20 * time.Millisecond
+	if free != nil && free.Sub(dbNow) > wait {
+		wait = free.Sub(dbNow)
 	}
-	// Come back when the free slot is within maxWait (the snapshot may be
-	// a little behind a concurrent reservation: at least a moment later).
-	until := now.Add(100 * time.Millisecond)
-	if next != nil && next.Add(-maxWait).After(until) {
-		until = next.Add(-maxWait)
+	return 0, false, time.Now().Add(wait), nil
+}
+
+// ReleaseSlot frees a slot one second after now (the response is in).
+func (s *Store) ReleaseSlot(ctx context.Context, subscriptionID int64, slot int) error {
+	if slot < 0 {
+		return nil
 	}
-	return until, false, nil
+	_, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_subscription_slot SET free_at = clock_timestamp() + interval '1 second'
+		WHERE subscription_id = $1 AND slot = $2`, subscriptionID, slot)
+	if err != nil {
+		return fmt.Errorf("store: release slot %d of subscription %d: %w", slot, subscriptionID, err)
+	}
+	return nil
+}
+
+// ensureSlots makes sure a rate-limited subscription has its slots.
+func ensureSlots(ctx context.Context, q querier, sub dispatch.Subscription) error {
+	if sub.RateLimitPerSecond == 0 {
+		return nil
+	}
+	var n int
+	return q.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO dispatch_subscription_slot (subscription_id, slot, free_at)
+			SELECT $1, g, '-infinity' FROM generate_series(0, $2 - 1) g
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT count(*) FROM ins`, sub.ID, sub.RateLimitPerSecond).Scan(&n)
 }
 
 // DisableFailingSubscriptions disables ACTIVE subscriptions whose finished

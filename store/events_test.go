@@ -186,20 +186,19 @@ func TestPublishEventOrderingGroup(t *testing.T) {
 	}
 }
 
-func TestReserveDeliveryPacesAcrossCallers(t *testing.T) {
+func TestAcquireSlotLimitsAcrossCallers(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)
 	limited := createSubscription(t, st, func(s *dispatch.Subscription) { s.RateLimitPerSecond = 5 })
 	free := createSubscription(t, st)
-	now := time.Now().UTC()
-	if slot, ok, err := st.ReserveDelivery(t.Context(), free.ID, now, time.Second); err != nil || !ok || !slot.Equal(now) {
-		t.Fatalf("unlimited: slot %v ok %v err %v", slot, ok, err)
+	if slot, ok, _, err := st.AcquireSlot(t.Context(), free.ID, time.Minute); err != nil || !ok || slot != -1 {
+		t.Fatalf("unlimited: slot %d ok %v err %v", slot, ok, err)
 	}
-	// 20 callers at once, as 20 processors would: within 1s of waiting only
-	// 5 get a slot (1/5 s apart plus headroom), the rest are told when.
+	// 20 callers at once, as 20 processors would: 5 get a slot, the rest
+	// are told when to come back.
 	var (
 		mu    sync.Mutex
-		slots []time.Time
+		slots = map[int]bool{}
 		held  int
 		wg    sync.WaitGroup
 	)
@@ -207,38 +206,61 @@ func TestReserveDeliveryPacesAcrossCallers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			slot, ok, err := st.ReserveDelivery(t.Context(), limited.ID, now, time.Second)
+			slot, ok, until, err := st.AcquireSlot(t.Context(), limited.ID, time.Minute)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err != nil:
-				t.Errorf("ReserveDelivery: %v", err)
+				t.Errorf("AcquireSlot: %v", err)
 			case ok:
-				slots = append(slots, slot)
+				slots[slot] = true
 			default:
 				held++
-				if !slot.After(now) {
-					t.Errorf("held back until %v, not after now", slot)
+				if until.IsZero() {
+					t.Errorf("held back without a time to come back")
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	if len(slots) != 5 || held != 15 {
-		t.Fatalf("%d slots, %d held; want 5 and 15", len(slots), held)
+		t.Fatalf("%d slots %v, %d held; want 5 and 15", len(slots), slots, held)
 	}
-	seen := map[time.Duration]bool{}
-	for _, s := range slots {
-		off := s.Sub(now).Round(time.Millisecond)
-		seen[off] = true
-		if off < 0 || off > time.Second {
-			t.Errorf("slot %s after now", off)
-		}
+	// A released slot is free again one second after the response.
+	released := time.Now()
+	if err := st.ReleaseSlot(t.Context(), limited.ID, 0); err != nil {
+		t.Fatal(err)
 	}
-	for i := range 5 {
-		if want := time.Duration(i) * 210 * time.Millisecond; !seen[want] {
-			t.Errorf("no slot at +%s (slots %v)", want, seen)
+	_, ok, until, err := st.AcquireSlot(t.Context(), limited.ID, time.Minute)
+	if err != nil || ok || until.Before(released.Add(800*time.Millisecond)) {
+		t.Fatalf("right after release: ok %v until +%s err %v; want held for about 1s", ok, until.Sub(released), err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		slot, ok, _, err := st.AcquireSlot(t.Context(), limited.ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if ok {
+			if slot != 0 || time.Since(released) < time.Second {
+				t.Errorf("slot %d free after %s", slot, time.Since(released))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the released slot never came free")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Lowering the limit retires slots; deleting the subscription lifts it.
+	if _, err := st.UpdateSubscription(t.Context(), limited.ID, func(s *dispatch.Subscription) error { s.RateLimitPerSecond = 1; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteSubscription(t.Context(), limited.ID); err != nil {
+		t.Fatal(err)
+	}
+	if slot, ok, _, err := st.AcquireSlot(t.Context(), limited.ID, time.Minute); err != nil || !ok || slot != -1 {
+		t.Errorf("deleted: slot %d ok %v err %v", slot, ok, err)
 	}
 }
 

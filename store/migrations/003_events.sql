@@ -16,8 +16,6 @@ CREATE TABLE dispatch_subscription (
     retry_strategy        TEXT NOT NULL,
     ordering_key          TEXT,
     rate_limit_per_second INT,
-    -- the rate limit's next free delivery slot, shared by every processor.
-    rate_next_at          TIMESTAMPTZ,
     status                TEXT NOT NULL,
     disabled_reason       TEXT,
     created_at            TIMESTAMPTZ NOT NULL,
@@ -26,6 +24,17 @@ CREATE TABLE dispatch_subscription (
 );
 CREATE INDEX idx_subscription_active_types ON dispatch_subscription USING GIN (event_types) WHERE status = 'ACTIVE';
 CREATE INDEX idx_subscription_types ON dispatch_subscription USING GIN (event_types);
+
+-- rateLimitPerSecond as a ring of that many delivery slots per
+-- subscription, shared by every processor: a delivery holds a slot from
+-- before its request until one second after its response, so no second
+-- ever sees more requests arrive than there are slots.
+CREATE TABLE dispatch_subscription_slot (
+    subscription_id BIGINT NOT NULL,
+    slot            INT NOT NULL,
+    free_at         TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (subscription_id, slot)
+);
 
 CREATE TABLE dispatch_event (
     id              BIGINT PRIMARY KEY,
