@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -429,6 +431,62 @@ func TestBadSubscriptionsAndEventsAreRefusedAndStoreNothing(t *testing.T) {
 	for _, path := range []string{"/api/dispatch/subscriptions", "/api/dispatch/events"} {
 		if code := in.do("POST", path, "", map[string]any{}, nil); code != http.StatusUnauthorized {
 			t.Errorf("POST %s without a token: %d", path, code)
+		}
+	}
+}
+
+// The README's events walk-through: two subscriptions with their own
+// credentials, verified against `dispatch listen`, one event, two signed
+// deliveries printed by the listener.
+func TestEventsWalkThroughWithListen(t *testing.T) {
+	t.Parallel()
+	in := start(t, "all", nil)
+	var secrets [2]string
+	var creds [2]string
+	for i := range secrets {
+		var c struct {
+			ID            string `json:"id"`
+			SigningSecret string `json:"signingSecret"`
+		}
+		if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken, map[string]any{}, &c); code != http.StatusCreated {
+			t.Fatalf("credentials: %d", code)
+		}
+		secrets[i], creds[i] = c.SigningSecret, c.ID
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"listen", "--addr", "127.0.0.1:0", "--secret", secrets[0], "--secret", secrets[1]}, nil, out, io.Discard)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var addr string
+	eventually(t, 10*time.Second, func() bool {
+		_, rest, ok := strings.Cut(out.String(), "listening on ")
+		addr, _, _ = strings.Cut(rest, " ")
+		return ok && addr != ""
+	}, func() string { return "dispatch listen did not start: " + out.String() })
+	for i, name := range []string{"billing", "shipping"} {
+		s := in.subscribe(map[string]any{"name": name, "url": addr + "/hooks/" + name, "eventTypes": []string{"order.*"},
+			"credentialsId": creds[i], "verify": true})
+		if s.Status != "ACTIVE" {
+			t.Fatalf("subscription %s is %s (%s) after the handshake with dispatch listen", name, s.Status, s.DisabledReason)
+		}
+	}
+	e := in.publish(map[string]any{"source": "shop", "type": "order.created", "data": map[string]any{"orderId": "12345"}}, http.StatusCreated)
+	in.waitEventDone(e.ID, 30*time.Second)
+	var deliveries []string
+	for _, block := range strings.Split(out.String(), "--- #")[1:] {
+		if strings.Contains(block, "X-Dispatch-Event-Id: "+e.ID) {
+			deliveries = append(deliveries, block)
+		}
+	}
+	if len(deliveries) != 2 {
+		t.Fatalf("listen printed %d deliveries of the event, want 2:\n%s", len(deliveries), out.String())
+	}
+	for _, d := range deliveries {
+		if !strings.Contains(d, "signature: valid") || !strings.Contains(d, `{"orderId":"12345"}`) {
+			t.Errorf("delivery:\n%s", d)
 		}
 	}
 }
