@@ -89,6 +89,8 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		BreakerFailures: 5,
 		BreakerOpen:     30 * time.Second,
 		AutoMigrate:     true,
+		// 5 days, as Svix (SPEC §10).
+		SubscriptionDisableAfter: 120 * time.Hour,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
