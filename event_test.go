@@ -111,3 +111,50 @@ func TestParseEvent(t *testing.T) {
 		t.Errorf("bad event: %v", err)
 	}
 }
+
+// FuzzParseEventAndSubscription checks that the event and subscription
+// parsers never panic, answer one of a value or a validation error, and that
+// what they accept is what fan-out relies on: a publishable type, data that
+// is JSON, patterns the match keys can meet, and group ids SQS accepts.
+func FuzzParseEventAndSubscription(f *testing.F) {
+	for _, s := range []string{
+		`{"source":"s","type":"order.created","data":{"customerId":"c-1"},"metadata":{"k":"v"}}`,
+		`{"name":"n","url":"https://e.com","eventTypes":["order.*","*"],"orderingKey":"/customerId","rateLimitPerSecond":5}`,
+		`{"source":"s","type":"a..b","data":[1,2,{"x":null}]}`,
+		`{"name":"n","url":"https://e.com","eventTypes":[".*","a.*.*"],"orderingKey":"/a~2"}`,
+		`{"data":"\u0000","type":"x"}`,
+		`[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e, data, err := dispatch.ParseEvent(body)
+		if (e == nil) == (err == nil) {
+			t.Fatalf("ParseEvent: event %v and err %v", e, err)
+		}
+		if e != nil {
+			if !json.Valid([]byte(e.Data)) || strings.Contains(e.Type, "*") || e.Type == "" {
+				t.Fatalf("accepted event %+v", e)
+			}
+			for _, ptr := range []string{"/customerId", "/0", "/a/b", ""} {
+				if g := dispatch.OrderingGroup(1, ptr, data); len(g) > dispatch.MaxGroupIDLen || strings.ContainsAny(g, " \t\r\n\x00") {
+					t.Fatalf("group id %q", g)
+				}
+			}
+		}
+		sub, _, err := dispatch.ParseSubscription(body, dispatch.JobRules{})
+		if (sub == nil) == (err == nil) {
+			t.Fatalf("ParseSubscription: sub %v and err %v", sub, err)
+		}
+		if sub != nil {
+			if len(sub.EventTypes) == 0 || sub.Name == "" || sub.URL == "" {
+				t.Fatalf("accepted subscription %+v", sub)
+			}
+			for _, p := range sub.EventTypes {
+				if p != "*" && strings.Contains(strings.TrimSuffix(p, ".*"), "*") {
+					t.Fatalf("accepted pattern %q", p)
+				}
+			}
+		}
+	})
+}
