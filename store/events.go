@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -234,6 +235,21 @@ func (s *Store) DeleteSubscription(ctx context.Context, id int64) error {
 // is taken it returns the existing event and its jobs with created=false
 // and writes nothing.
 func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error) {
+	for try := 0; ; try++ {
+		out, created, err := s.publishEventOnce(ctx, e, data)
+		var pgErr *pgconn.PgError
+		if try < 3 && errors.As(err, &pgErr) && (pgErr.ConstraintName == "dispatch_job_pkey" || pgErr.ConstraintName == "dispatch_event_pkey") {
+			// Two processes share a snowflake node id: fresh ids, again.
+			continue
+		}
+		if err != nil {
+			return out, false, fmt.Errorf("store: publish event: %w", interpret(err))
+		}
+		return out, created, nil
+	}
+}
+
+func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error) {
 	var (
 		out     dispatch.Event
 		created bool
@@ -315,10 +331,7 @@ func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (
 		out.Jobs, err = collectEventJobs(rows)
 		return err
 	})
-	if err != nil {
-		return out, false, fmt.Errorf("store: publish event: %w", interpret(err))
-	}
-	return out, created, nil
+	return out, created, err
 }
 
 const eventColumns = `id, source, type, data, metadata, COALESCE(idempotency_key, ''), created_at`

@@ -344,3 +344,34 @@ func TestSubscriptionUpdateAndDelete(t *testing.T) {
 		t.Errorf("list after delete: %d %d %v", len(list), total, err)
 	}
 }
+
+func TestPublishEventRetriesWhenNodeIDsCollide(t *testing.T) {
+	t.Parallel()
+	// Two stores on one database with the same snowflake node, as two
+	// replicas with the same DISPATCH_NODE_ID would be.
+	a, pool := setup(t)
+	b, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, newKey(t), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		createSubscription(t, a)
+	}
+	var wg sync.WaitGroup
+	for _, st := range []*store.Store{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if _, _, err := st.PublishEvent(t.Context(), &dispatch.Event{Source: "s", Type: "order.created", Data: `{}`}, nil); err != nil {
+					t.Errorf("PublishEvent: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := countRows(t, pool, "dispatch_job"); n != 4*20*5 {
+		t.Errorf("%d jobs, want %d", n, 4*20*5)
+	}
+}
