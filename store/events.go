@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,8 +239,11 @@ func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (
 	for try := 0; ; try++ {
 		out, created, err := s.publishEventOnce(ctx, e, data)
 		var pgErr *pgconn.PgError
-		if try < 3 && errors.As(err, &pgErr) && (pgErr.ConstraintName == "dispatch_job_pkey" || pgErr.ConstraintName == "dispatch_event_pkey") {
-			// Two processes share a snowflake node id: fresh ids, again.
+		if try < 10 && errors.As(err, &pgErr) && (pgErr.ConstraintName == "dispatch_job_pkey" || pgErr.ConstraintName == "dispatch_event_pkey") {
+			// Two processes share a snowflake node id and made the same ids
+			// in the same millisecond: fresh ids, after a moment of jitter so
+			// that the two do not meet again in step.
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 			continue
 		}
 		if err != nil {
@@ -460,7 +464,7 @@ func (s *Store) AcquireSlot(ctx context.Context, subscriptionID int64, hold time
 		dbNow time.Time
 	)
 	err = s.pool.QueryRow(ctx, `
-		SELECT s.rate_limit_per_second, (SELECT min(k.free_at) FROM dispatch_subscription_slot k
+		SELECT s.rate_limit_per_second, (SELECT GREATEST(min(k.free_at), clock_timestamp()) FROM dispatch_subscription_slot k
 			WHERE k.subscription_id = s.id AND k.slot < s.rate_limit_per_second), clock_timestamp()
 		FROM dispatch_subscription s WHERE s.id = $1`, subscriptionID).Scan(&limit, &free, &dbNow)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && limit == nil) {
