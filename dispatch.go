@@ -89,6 +89,8 @@ type Job struct {
 	IdempotencyKey     string
 	Metadata           map[string]string
 	ReplayOf           int64 // 0: not a replay
+	EventID            int64 // the event that made this job (0: created directly)
+	SubscriptionID     int64 // the subscription it was made for (0: none)
 	QueuedAt           *time.Time
 	NextAttemptAt      *time.Time
 	ClaimedUntil       *time.Time

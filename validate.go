@@ -279,7 +279,7 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	j.IdempotencyKey = d.str("idempotencyKey", MaxIdempotencyLen, false)
 	j.TargetURL = d.str("targetUrl", MaxURLLen, true)
 	if j.TargetURL != "" {
-		validateTarget(&p, j.TargetURL, rules)
+		validateTarget(&p, "targetUrl", j.TargetURL, rules)
 	}
 	if d.present("protocol") {
 		if proto := d.str("protocol", 32, false); proto != ProtocolHTTPWebhook {
@@ -377,21 +377,21 @@ func validGroupID(s string) bool {
 	return true
 }
 
-func validateTarget(p *Problems, raw string, rules JobRules) {
+func validateTarget(p *Problems, field, raw string, rules JobRules) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil || !u.IsAbs() || u.Host == "" || u.Hostname() == "":
-		p.Add("targetUrl", "must be an absolute http(s) URL")
+		p.Add(field, "must be an absolute http(s) URL")
 	case u.Scheme != "https" && u.Scheme != "http":
-		p.Add("targetUrl", "must use https (or http where allowed)")
+		p.Add(field, "must use https (or http where allowed)")
 	case u.Scheme == "http" && !rules.AllowHTTP:
-		p.Add("targetUrl", "must use https")
+		p.Add(field, "must use https")
 	case u.User != nil:
-		p.Add("targetUrl", "must not carry credentials; use credentialsId or headers")
+		p.Add(field, "must not carry credentials; use credentialsId or headers")
 	case u.Fragment != "":
-		p.Add("targetUrl", "must not have a fragment")
+		p.Add(field, "must not have a fragment")
 	case !validPort(u.Port()):
-		p.Add("targetUrl", "must have a port from 1 to 65535")
+		p.Add(field, "must have a port from 1 to 65535")
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package api is dispatch's HTTP API (gin): jobs, credentials, the internal
+// Package api is dispatch's HTTP API (gin): jobs, events and subscriptions, credentials, the internal
 // processing endpoint, health and metrics. Handlers decode, call one method
 // of the store or processor, and encode; errors are mapped to statuses and
 // JSON in one place (writeError).
@@ -33,6 +33,15 @@ type Store interface {
 	DeleteCredentials(ctx context.Context, id int64) error
 	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
 	Ping(ctx context.Context) error
+	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
+	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
+	ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFilter, page, size int) ([]dispatch.Subscription, int, error)
+	UpdateSubscription(ctx context.Context, id int64, change func(*dispatch.Subscription) error) (dispatch.Subscription, error)
+	SetSubscriptionStatus(ctx context.Context, id int64, status dispatch.SubscriptionStatus, reason string, from ...dispatch.SubscriptionStatus) (dispatch.Subscription, error)
+	DeleteSubscription(ctx context.Context, id int64) error
+	PublishEvent(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error)
+	GetEvent(ctx context.Context, id int64) (dispatch.Event, error)
+	SearchEvents(ctx context.Context, f dispatch.EventFilter, page, size int) ([]dispatch.Event, int, error)
 }
 
 // Processor decides what happens to one message pointer.
@@ -57,6 +66,8 @@ type Config struct {
 	QueuePing func(context.Context) error
 	// Metrics serves /metrics (nil: not served).
 	Metrics http.Handler
+	// Verifier runs subscription handshakes (nil: /verify answers 503).
+	Verifier Verifier
 	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
 	ShutdownTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included; a client
@@ -187,6 +198,18 @@ func (s *Server) routes() *gin.Engine {
 	jobs.GET("/jobs/:id/attempts", s.listAttempts)
 	jobs.POST("/jobs/:id/cancel", s.jobAction(http.StatusOK, Store.CancelJob))
 	jobs.POST("/jobs/:id/replay", s.jobAction(http.StatusCreated, Store.ReplayJob))
+
+	jobs.POST("/subscriptions", s.limitBody, s.createSubscription)
+	jobs.GET("/subscriptions", s.listSubscriptions)
+	jobs.GET("/subscriptions/:id", s.subscriptionAction(s.getSubscription))
+	jobs.PATCH("/subscriptions/:id", s.limitBody, s.subscriptionAction(s.patchSubscription))
+	jobs.DELETE("/subscriptions/:id", s.deleteSubscription)
+	jobs.POST("/subscriptions/:id/enable", s.limitBody, s.subscriptionAction(s.enableSubscription))
+	jobs.POST("/subscriptions/:id/disable", s.limitBody, s.subscriptionAction(s.disableSubscription))
+	jobs.POST("/subscriptions/:id/verify", s.limitBody, s.subscriptionAction(s.verifySubscription))
+	jobs.POST("/events", s.limitBody, s.publishEvent)
+	jobs.GET("/events", s.searchEvents)
+	jobs.GET("/events/:id", s.getEvent)
 
 	if s.processor != nil {
 		e.POST("/api/dispatch/process", s.auth("internal", tokens(s.cfg.InternalToken)), s.limitBody, s.process)

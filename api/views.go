@@ -1,6 +1,9 @@
 package api
 
 import (
+	"encoding/json"
+	"net/url"
+	"sort"
 	"time"
 
 	"github.com/dispatchhq/dispatch"
@@ -52,6 +55,8 @@ type jobView struct {
 	LastError          string            `json:"lastError,omitempty"`
 	IdempotencyKey     string            `json:"idempotencyKey,omitempty"`
 	ReplayOf           string            `json:"replayOf,omitempty"`
+	EventID            string            `json:"eventId,omitempty"`
+	SubscriptionID     string            `json:"subscriptionId,omitempty"`
 	CreatedAt          string            `json:"createdAt"`
 	UpdatedAt          string            `json:"updatedAt"`
 }
@@ -66,7 +71,7 @@ func viewJob(j dispatch.Job) jobView {
 		ExpiresAt: fmtTimePtr(j.ExpiresAt), AttemptCount: j.AttemptCount,
 		LastAttemptAt: fmtTimePtr(j.LastAttemptAt), CompletedAt: fmtTimePtr(j.CompletedAt),
 		DurationMillis: j.DurationMillis, LastError: j.LastError, IdempotencyKey: j.IdempotencyKey,
-		ReplayOf: idOrEmpty(j.ReplayOf), CreatedAt: fmtTime(j.CreatedAt), UpdatedAt: fmtTime(j.UpdatedAt),
+		ReplayOf: idOrEmpty(j.ReplayOf), EventID: idOrEmpty(j.EventID), SubscriptionID: idOrEmpty(j.SubscriptionID), CreatedAt: fmtTime(j.CreatedAt), UpdatedAt: fmtTime(j.UpdatedAt),
 	}
 	if j.Status == dispatch.StatusFailed || j.Status == dispatch.StatusPending {
 		v.NextAttemptAt = fmtTimePtr(j.NextAttemptAt)
@@ -147,4 +152,86 @@ func viewReplayFailure(f dispatch.ReplayFailure) replayFailureView {
 		v.Error = errorDetail{Code: de.Code, Message: de.Message}
 	}
 	return v
+}
+
+type subscriptionView struct {
+	ID                 string                      `json:"id"`
+	Name               string                      `json:"name"`
+	URL                string                      `json:"url"`
+	EventTypes         []string                    `json:"eventTypes"`
+	Filter             map[string]string           `json:"filter"`
+	CredentialsID      string                      `json:"credentialsId,omitempty"`
+	Headers            map[string]string           `json:"headers"`
+	MaxRetries         int                         `json:"maxRetries"`
+	RetryStrategy      string                      `json:"retryStrategy"`
+	OrderingKey        string                      `json:"orderingKey,omitempty"`
+	RateLimitPerSecond int                         `json:"rateLimitPerSecond,omitempty"`
+	Status             dispatch.SubscriptionStatus `json:"status"`
+	DisabledReason     string                      `json:"disabledReason,omitempty"`
+	CreatedAt          string                      `json:"createdAt"`
+	UpdatedAt          string                      `json:"updatedAt"`
+}
+
+func viewSubscription(s dispatch.Subscription) subscriptionView {
+	v := subscriptionView{
+		ID: dispatch.FormatID(s.ID), Name: s.Name, URL: s.URL, EventTypes: s.EventTypes, Filter: s.Filter,
+		CredentialsID: idOrEmpty(s.CredentialsID), Headers: s.Headers, MaxRetries: s.MaxRetries,
+		RetryStrategy: string(s.RetryStrategy), OrderingKey: s.OrderingKey, RateLimitPerSecond: s.RateLimitPerSecond,
+		Status: s.Status, DisabledReason: s.DisabledReason, CreatedAt: fmtTime(s.CreatedAt), UpdatedAt: fmtTime(s.UpdatedAt),
+	}
+	if v.Filter == nil {
+		v.Filter = map[string]string{}
+	}
+	if v.Headers == nil {
+		v.Headers = map[string]string{}
+	}
+	if v.EventTypes == nil {
+		v.EventTypes = []string{}
+	}
+	return v
+}
+
+type eventJobView struct {
+	ID             string          `json:"id"`
+	SubscriptionID string          `json:"subscriptionId"`
+	Status         dispatch.Status `json:"status"`
+}
+
+// eventView carries data as the JSON value it was published as. Jobs is
+// absent in search results (read the event for its jobs).
+type eventView struct {
+	ID             string            `json:"id"`
+	Source         string            `json:"source"`
+	Type           string            `json:"type"`
+	Data           json.RawMessage   `json:"data"`
+	Metadata       map[string]string `json:"metadata"`
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	CreatedAt      string            `json:"createdAt"`
+	Jobs           []eventJobView    `json:"jobs,omitempty"`
+}
+
+func viewEvent(e dispatch.Event) eventView {
+	v := eventView{
+		ID: dispatch.FormatID(e.ID), Source: e.Source, Type: e.Type, Data: json.RawMessage(e.Data),
+		Metadata: e.Metadata, IdempotencyKey: e.IdempotencyKey, CreatedAt: fmtTime(e.CreatedAt),
+	}
+	if v.Metadata == nil {
+		v.Metadata = map[string]string{}
+	}
+	if e.Jobs != nil {
+		v.Jobs = make([]eventJobView, len(e.Jobs))
+		for i, j := range e.Jobs {
+			v.Jobs[i] = eventJobView{ID: dispatch.FormatID(j.ID), SubscriptionID: dispatch.FormatID(j.SubscriptionID), Status: j.Status}
+		}
+	}
+	return v
+}
+
+func sortedParams(q url.Values) []string {
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

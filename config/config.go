@@ -48,8 +48,11 @@ const (
 	// is the margin of the default.
 	MinShutdownMargin     = 5 * time.Second
 	DefaultShutdownMargin = 15 * time.Second
-	DefaultLogFormat      = "json"
-	DefaultLogLevel       = "info"
+	// DefaultSubscriptionDisableAfter is how long a subscription may fail
+	// every delivery before it is disabled (5 days, as Svix).
+	DefaultSubscriptionDisableAfter = 120 * time.Hour
+	DefaultLogFormat                = "json"
+	DefaultLogLevel                 = "info"
 )
 
 // Pool is one processing pool of the router.
@@ -104,43 +107,47 @@ type Config struct {
 	HTTPReadTimeout time.Duration
 	HTTPIdleTimeout time.Duration
 	HTTPMaxConns    int
-	AutoMigrate     bool
+	// SubscriptionDisableAfter disables a subscription whose jobs have all
+	// ended ERROR for this long; 0 turns automatic disabling off.
+	SubscriptionDisableAfter time.Duration
+	AutoMigrate              bool
 }
 
 // Load reads the configuration through getenv and reports every problem.
 func Load(getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:         r.str("DATABASE_URL", DefaultDatabaseURL),
-		HTTPAddr:            r.addr("DISPATCH_HTTP_ADDR", DefaultHTTPAddr),
-		RouterAddr:          r.addr("DISPATCH_ROUTER_ADDR", DefaultRouterAddr),
-		QueueURL:            r.str("DISPATCH_QUEUE_URL", ""),
-		QueueName:           r.str("DISPATCH_QUEUE_NAME", DefaultQueueName),
-		QueueCreate:         r.bool("DISPATCH_QUEUE_CREATE", false),
-		ProcessURL:          r.str("DISPATCH_PROCESS_URL", DefaultProcessURL),
-		APITokens:           r.list("DISPATCH_API_TOKENS"),
-		AdminToken:          r.str("DISPATCH_ADMIN_TOKEN", ""),
-		InternalToken:       r.str("DISPATCH_INTERNAL_TOKEN", ""),
-		Insecure:            r.bool("DISPATCH_INSECURE", false),
-		AllowPrivateTargets: r.bool("DISPATCH_ALLOW_PRIVATE_TARGETS", false),
-		AllowHTTPTargets:    r.bool("DISPATCH_ALLOW_HTTP_TARGETS", false),
-		RetryBase:           r.duration("DISPATCH_RETRY_BASE", DefaultRetryBase),
-		RetryMax:            r.duration("DISPATCH_RETRY_MAX", DefaultRetryMax),
-		DeliveryTimeout:     r.duration("DISPATCH_DELIVERY_TIMEOUT", DefaultDeliveryTimeout),
-		MaxPayload:          int64(r.int("DISPATCH_MAX_PAYLOAD", DefaultMaxPayload, 1024, 64<<20)),
-		LogFormat:           r.oneOf("DISPATCH_LOG_FORMAT", DefaultLogFormat, "json", "text"),
-		LogLevel:            r.oneOf("DISPATCH_LOG_LEVEL", DefaultLogLevel, "debug", "info", "warn", "error"),
-		ShutdownTimeout:     r.duration("DISPATCH_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
-		RequeueAfter:        r.duration("DISPATCH_REQUEUE_AFTER", DefaultRequeueAfter),
-		ReceiveWait:         r.duration("DISPATCH_RECEIVE_WAIT", DefaultReceiveWait),
-		RotationGrace:       r.duration("DISPATCH_ROTATION_GRACE", DefaultRotationGrace),
-		BreakerFailures:     r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
-		BreakerOpen:         r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
-		SQSTimeout:          r.duration("DISPATCH_SQS_TIMEOUT", DefaultSQSTimeout),
-		HTTPReadTimeout:     r.duration("DISPATCH_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout),
-		HTTPIdleTimeout:     r.duration("DISPATCH_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout),
-		HTTPMaxConns:        r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
-		AutoMigrate:         r.bool("DISPATCH_AUTO_MIGRATE", true),
+		DatabaseURL:              r.str("DATABASE_URL", DefaultDatabaseURL),
+		HTTPAddr:                 r.addr("DISPATCH_HTTP_ADDR", DefaultHTTPAddr),
+		RouterAddr:               r.addr("DISPATCH_ROUTER_ADDR", DefaultRouterAddr),
+		QueueURL:                 r.str("DISPATCH_QUEUE_URL", ""),
+		QueueName:                r.str("DISPATCH_QUEUE_NAME", DefaultQueueName),
+		QueueCreate:              r.bool("DISPATCH_QUEUE_CREATE", false),
+		ProcessURL:               r.str("DISPATCH_PROCESS_URL", DefaultProcessURL),
+		APITokens:                r.list("DISPATCH_API_TOKENS"),
+		AdminToken:               r.str("DISPATCH_ADMIN_TOKEN", ""),
+		InternalToken:            r.str("DISPATCH_INTERNAL_TOKEN", ""),
+		Insecure:                 r.bool("DISPATCH_INSECURE", false),
+		AllowPrivateTargets:      r.bool("DISPATCH_ALLOW_PRIVATE_TARGETS", false),
+		AllowHTTPTargets:         r.bool("DISPATCH_ALLOW_HTTP_TARGETS", false),
+		RetryBase:                r.duration("DISPATCH_RETRY_BASE", DefaultRetryBase),
+		RetryMax:                 r.duration("DISPATCH_RETRY_MAX", DefaultRetryMax),
+		DeliveryTimeout:          r.duration("DISPATCH_DELIVERY_TIMEOUT", DefaultDeliveryTimeout),
+		MaxPayload:               int64(r.int("DISPATCH_MAX_PAYLOAD", DefaultMaxPayload, 1024, 64<<20)),
+		LogFormat:                r.oneOf("DISPATCH_LOG_FORMAT", DefaultLogFormat, "json", "text"),
+		LogLevel:                 r.oneOf("DISPATCH_LOG_LEVEL", DefaultLogLevel, "debug", "info", "warn", "error"),
+		ShutdownTimeout:          r.duration("DISPATCH_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
+		RequeueAfter:             r.duration("DISPATCH_REQUEUE_AFTER", DefaultRequeueAfter),
+		ReceiveWait:              r.duration("DISPATCH_RECEIVE_WAIT", DefaultReceiveWait),
+		RotationGrace:            r.duration("DISPATCH_ROTATION_GRACE", DefaultRotationGrace),
+		BreakerFailures:          r.int("DISPATCH_BREAKER_FAILURES", DefaultBreakerFailures, 0, 1000),
+		BreakerOpen:              r.duration("DISPATCH_BREAKER_OPEN", DefaultBreakerOpen),
+		SQSTimeout:               r.duration("DISPATCH_SQS_TIMEOUT", DefaultSQSTimeout),
+		HTTPReadTimeout:          r.duration("DISPATCH_HTTP_READ_TIMEOUT", DefaultHTTPReadTimeout),
+		HTTPIdleTimeout:          r.duration("DISPATCH_HTTP_IDLE_TIMEOUT", DefaultHTTPIdleTimeout),
+		HTTPMaxConns:             r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
+		AutoMigrate:              r.bool("DISPATCH_AUTO_MIGRATE", true),
+		SubscriptionDisableAfter: r.duration("DISPATCH_SUBSCRIPTION_DISABLE_AFTER", DefaultSubscriptionDisableAfter),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
 	c.EncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY")
@@ -420,7 +427,8 @@ var known = map[string]bool{
 	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
 	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
 	"DISPATCH_SQS_TIMEOUT": true, "DISPATCH_HTTP_READ_TIMEOUT": true, "DISPATCH_HTTP_IDLE_TIMEOUT": true,
-	"DISPATCH_HTTP_MAX_CONNS": true,
+	"DISPATCH_HTTP_MAX_CONNS":             true,
+	"DISPATCH_SUBSCRIPTION_DISABLE_AFTER": true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

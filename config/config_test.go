@@ -93,6 +93,8 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		HTTPIdleTimeout: time.Minute,
 		HTTPMaxConns:    1024,
 		AutoMigrate:     true,
+		// 5 days, as Svix (SPEC §10).
+		SubscriptionDisableAfter: 120 * time.Hour,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)

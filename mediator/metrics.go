@@ -10,6 +10,7 @@ type Metrics struct {
 	attempts        *prometheus.CounterVec
 	duration        prometheus.Histogram
 	breakerRejected prometheus.Counter
+	rateLimited     prometheus.Counter
 }
 
 // NewMetrics registers the delivery metrics on reg.
@@ -28,6 +29,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		breakerRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_breaker_rejected_total", Help: "Deliveries deferred because the target's circuit breaker was open.",
+		}),
+		rateLimited: f.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_subscription_rate_limited_total", Help: "Deliveries deferred by a subscription's rateLimitPerSecond.",
 		}),
 	}
 }

@@ -16,6 +16,8 @@ type Store interface {
 	ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error)
 	FinishAttempt(ctx context.Context, a dispatch.Attempt, t dispatch.Transition) (bool, error)
 	Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error
+	AcquireSlot(ctx context.Context, subscriptionID int64, hold time.Duration) (int, bool, time.Time, error)
+	ReleaseSlot(ctx context.Context, subscriptionID int64, slot int) error
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 }
 
@@ -30,6 +32,7 @@ type Processor struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	metrics  *Metrics
+	rateWait time.Duration
 	now      func() time.Time
 }
 
@@ -41,6 +44,9 @@ type ProcessorConfig struct {
 	DeliveryTimeout time.Duration
 	Logger          *slog.Logger
 	Metrics         *Metrics
+	// RateWait is how long a delivery may wait for its subscription's next
+	// rate-limit slot before it is sent back to the queue (default 1s).
+	RateWait time.Duration
 }
 
 // NewProcessor returns a Processor.
@@ -51,10 +57,13 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	if cfg.RateWait <= 0 {
+		cfg.RateWait = time.Second
+	}
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
-		metrics: cfg.Metrics, now: time.Now,
+		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now,
 	}
 }
 
@@ -109,6 +118,17 @@ func clampDelay(d time.Duration) time.Duration {
 
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
 	log = log.With("attempt", j.AttemptCount)
+	if j.SubscriptionID != 0 {
+		slot, d, held, err := p.pace(ctx, log, j)
+		if held || err != nil {
+			return d, err
+		}
+		defer func() {
+			if err := p.store.ReleaseSlot(ctx, j.SubscriptionID, slot); err != nil {
+				log.Warn("cannot release the rate-limit slot; it frees when the lease ends", "err", err)
+			}
+		}()
+	}
 	var creds *dispatch.Credentials
 	if j.CredentialsID != 0 {
 		c, err := p.store.GetCredentials(ctx, j.CredentialsID)
@@ -139,6 +159,39 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 	d := p.sender.Send(ctx, &j, creds)
 	done(d.Retryable)
 	return p.record(ctx, log, j, d)
+}
+
+// pace holds a subscription's deliveries to its rateLimitPerSecond, shared
+// by every processor through the store's slots: it waits up to rateWait for
+// a slot, or gives the claim back without spending an attempt (like an open
+// breaker) and asks for the message again when a slot is due to be free.
+// The slot is released after the attempt (deliver's defer).
+func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) (int, dispatch.Decision, bool, error) {
+	start := p.now()
+	for {
+		slot, ok, until, err := p.store.AcquireSlot(ctx, j.SubscriptionID, p.lease())
+		if err != nil {
+			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "rate limit unavailable")
+			return 0, dispatch.Decision{}, true, err
+		}
+		if ok {
+			return slot, dispatch.Decision{}, false, nil
+		}
+		now := p.now()
+		if until.Sub(start) > p.rateWait {
+			reason := fmt.Sprintf("rate limit of subscription %d reached; not attempted", j.SubscriptionID)
+			p.unclaim(ctx, log, j, until, reason)
+			p.metrics.rateLimited.Inc()
+			return 0, retryAt(until, now, reason), true, nil
+		}
+		t := time.NewTimer(max(until.Sub(now), 10*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, dispatch.Decision{}, true, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, next time.Time, reason string) {

@@ -93,6 +93,10 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 	req.Header.Set("User-Agent", s.userAgent)
 	req.Header.Set("X-Dispatch-Job-Id", dispatch.FormatID(j.ID))
 	req.Header.Set("X-Dispatch-Attempt", strconv.Itoa(j.AttemptCount))
+	if j.EventID != 0 {
+		req.Header.Set("X-Dispatch-Event-Id", dispatch.FormatID(j.EventID))
+		req.Header.Set("X-Dispatch-Event-Type", j.Type)
+	}
 	if creds != nil {
 		if creds.BearerToken != "" {
 			req.Header.Set("Authorization", "Bearer "+creds.BearerToken)

@@ -15,6 +15,12 @@ type Outbox interface {
 	Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error)
 }
 
+// FailingSubscriptions disables subscriptions that have failed every
+// delivery for a while (SPEC §10); the publisher's sweep runs it.
+type FailingSubscriptions interface {
+	DisableFailingSubscriptions(ctx context.Context, now time.Time, after time.Duration) (int64, error)
+}
+
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	PoolCode   string
@@ -24,6 +30,10 @@ type PublisherConfig struct {
 	RequeueAfter time.Duration
 	BatchSize    int
 	Logger       *slog.Logger
+	// Subscriptions, when set with DisableAfter > 0, has each sweep disable
+	// subscriptions whose jobs have all ended ERROR for DisableAfter.
+	Subscriptions FailingSubscriptions
+	DisableAfter  time.Duration
 }
 
 // Publisher is the outbox loop (SPEC §4.2): it sends the pointers of due,
@@ -78,6 +88,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			} else if expired+requeued > 0 {
 				p.log.Info("sweep", "expired", expired, "requeued", requeued)
 			}
+			p.disableFailing(ctx)
 		}
 		if backoff > 0 {
 			sleepCtx(ctx, backoff)
@@ -91,6 +102,18 @@ func (p *Publisher) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 0
+	}
+}
+
+func (p *Publisher) disableFailing(ctx context.Context) {
+	if p.cfg.Subscriptions == nil || p.cfg.DisableAfter <= 0 {
+		return
+	}
+	n, err := p.cfg.Subscriptions.DisableFailingSubscriptions(ctx, time.Now(), p.cfg.DisableAfter)
+	if err != nil {
+		p.log.Warn("automatic subscription disable failed", "err", err)
+	} else if n > 0 {
+		p.log.Warn("subscriptions disabled: every delivery failed", "count", n, "after", p.cfg.DisableAfter.String())
 	}
 }
 

@@ -18,25 +18,26 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 	protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
 	retry_strategy, scheduled_for, expires_at, attempt_count, last_attempt_at, completed_at,
 	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
-	next_attempt_at, claimed_until, pointer_gen`
+	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id`
 
 func scanJob(row pgx.Row) (dispatch.Job, error) {
 	var (
 		j                                     dispatch.Job
 		externalID, groupID, lastErr, idemKey *string
-		credID, replayOf                      *int64
+		credID, replayOf, eventID, subID      *int64
 		nextAt                                time.Time
 	)
 	err := row.Scan(&j.ID, &externalID, &j.CreatedAt, &j.UpdatedAt, &j.Source, &j.Type, &groupID,
 		&j.TargetURL, &j.Protocol, &j.Headers, &j.Payload, &j.PayloadContentType, &credID,
 		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
 		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
-		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen)
+		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID)
 	if err != nil {
 		return j, err
 	}
 	j.ExternalID, j.GroupID, j.LastError, j.IdempotencyKey = deref(externalID), deref(groupID), deref(lastErr), deref(idemKey)
 	j.CredentialsID, j.ReplayOf = derefInt(credID), derefInt(replayOf)
+	j.EventID, j.SubscriptionID = derefInt(eventID), derefInt(subID)
 	j.NextAttemptAt = &nextAt
 	return j, nil
 }
@@ -149,14 +150,14 @@ func (s *Store) insertJobOnce(ctx context.Context, tx querier, j *dispatch.Job) 
 		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-			replay_of, next_attempt_at)
-		VALUES ($1,$2,$3,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,'PENDING',$13,$14,$15,$16,$17,$18,$19,$20)
+			replay_of, next_attempt_at, event_id, subscription_id)
+		VALUES ($1,$2,$3,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,'PENDING',$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
 		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+jobColumns,
 		id, nullStr(j.ExternalID), now, j.Source, j.Type, nullStr(j.GroupID), j.TargetURL, j.Protocol,
 		headers, j.Payload, j.PayloadContentType, nullInt(j.CredentialsID), j.MaxRetries,
 		string(j.RetryStrategy), j.ScheduledFor, j.ExpiresAt, nullStr(j.IdempotencyKey), metadata,
-		nullInt(j.ReplayOf), next)
+		nullInt(j.ReplayOf), next, nullInt(j.EventID), nullInt(j.SubscriptionID))
 	out, err := scanJob(row)
 	if err == nil {
 		return out, true, nil

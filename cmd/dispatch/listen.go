@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/api/webhook"
 )
 
@@ -80,11 +82,26 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(&b, "%s: %s\n", k, v)
 		}
 		fmt.Fprintf(&b, "\n%s\n", body)
+		// A subscription's verification handshake: echo the challenge of a
+		// correctly signed request (any request when no --secret is given).
+		var hs struct {
+			Type      string `json:"type"`
+			Challenge string `json:"challenge"`
+		}
+		var reply []byte
+		if json.Unmarshal(body, &hs) == nil && hs.Type == dispatch.VerificationType && !strings.HasPrefix(verdict, "INVALID") && code < 300 {
+			reply, _ = json.Marshal(map[string]string{"challenge": hs.Challenge})
+			fmt.Fprintf(&b, "verification handshake: challenge echoed\n")
+		}
 		fmt.Fprintf(&b, "signature: %s\nanswered: %d\n", verdict, code)
 		mu.Lock()
 		fmt.Fprint(stdout, b.String())
 		mu.Unlock()
+		if reply != nil {
+			w.Header().Set("Content-Type", "application/json")
+		}
 		w.WriteHeader(code)
+		_, _ = w.Write(reply)
 	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

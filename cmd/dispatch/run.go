@@ -300,6 +300,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 		publisher := router.NewPublisher(q, st, router.PublisherConfig{
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
+			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
 		sender := mediator.NewSender(mediator.SenderConfig{
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
@@ -316,6 +317,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
+			Verifier: mediator.NewVerifier(st, sender, a.log),
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })

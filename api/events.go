@@ -1,0 +1,223 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// Verifier runs a subscription's verification handshake and stores the outcome.
+type Verifier interface {
+	Verify(ctx context.Context, id int64) (dispatch.Subscription, error)
+}
+
+func (s *Server) createSubscription(c *gin.Context) {
+	sub, verify, err := dispatch.ParseSubscription(body(c), s.cfg.JobRules)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out, err := s.store.CreateSubscription(c.Request.Context(), sub)
+	if err == nil && verify {
+		out, err = s.verify(c.Request.Context(), out.ID)
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, viewSubscription(out))
+}
+
+func (s *Server) verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	if s.cfg.Verifier == nil {
+		return dispatch.Subscription{}, dispatch.Errorf(dispatch.EUnavailable, "verification is not available in this process")
+	}
+	return s.cfg.Verifier.Verify(ctx, id)
+}
+
+func (s *Server) listSubscriptions(c *gin.Context) {
+	q := c.Request.URL.Query()
+	var p dispatch.Problems
+	page, size := paging(q, &p, "eventType", "status")
+	f := dispatch.SubscriptionFilter{EventType: q.Get("eventType"), Status: dispatch.SubscriptionStatus(q.Get("status"))}
+	if f.Status != "" && !f.Status.Valid() {
+		p.Add("status", "must be one of ACTIVE, PENDING_VERIFICATION, DISABLED")
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	subs, total, err := s.store.ListSubscriptions(c.Request.Context(), f, page, size)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	items := make([]subscriptionView, len(subs))
+	for i, sub := range subs {
+		items[i] = viewSubscription(sub)
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
+		"totalPages": (total + size - 1) / size})
+}
+
+// subscriptionAction answers with the subscription act returns for the
+// path's id: read, patch, enable, disable and verify differ only in act.
+func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id, ok := s.pathID(c)
+		if !ok {
+			return
+		}
+		sub, err := act(c.Request.Context(), c, id)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, viewSubscription(sub))
+	}
+}
+
+func (s *Server) getSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
+	return s.store.GetSubscription(ctx, id)
+}
+
+func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error) {
+	b := body(c)
+	return s.store.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
+		return dispatch.PatchSubscription(b, s.cfg.JobRules, sub)
+	})
+}
+
+func (s *Server) enableSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
+	// A subscription waiting for its handshake is activated by /verify only.
+	return s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
+}
+
+func (s *Server) disableSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
+	return s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionDisabled, "disabled by request")
+}
+
+func (s *Server) verifySubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
+	return s.verify(ctx, id)
+}
+
+func (s *Server) deleteSubscription(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	if err := s.store.DeleteSubscription(c.Request.Context(), id); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// publishEvent stores the event and one job per matching ACTIVE
+// subscription in one transaction: 201, or 200 with the same event and
+// jobs when the idempotency key was used before.
+func (s *Server) publishEvent(c *gin.Context) {
+	e, data, err := dispatch.ParseEvent(body(c))
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out, created, err := s.store.PublishEvent(c.Request.Context(), e, data)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if !created {
+		c.JSON(http.StatusOK, viewEvent(out))
+		return
+	}
+	if len(out.Jobs) > 0 {
+		s.metrics.jobsCreated.Add(float64(len(out.Jobs)))
+		s.notifier.Notify()
+	}
+	c.JSON(http.StatusCreated, viewEvent(out))
+}
+
+func (s *Server) getEvent(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	e, err := s.store.GetEvent(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, viewEvent(e))
+}
+
+func (s *Server) searchEvents(c *gin.Context) {
+	q := c.Request.URL.Query()
+	var p dispatch.Problems
+	page, size := paging(q, &p, "type", "source", "createdAfter", "createdBefore")
+	f := dispatch.EventFilter{Type: q.Get("type"), Source: q.Get("source")}
+	for name, dst := range map[string]**time.Time{"createdAfter": &f.CreatedAfter, "createdBefore": &f.CreatedBefore} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				p.Add(name, "must be an RFC 3339 time such as 2025-10-04T15:00:00Z")
+				continue
+			}
+			*dst = &t
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	events, total, err := s.store.SearchEvents(c.Request.Context(), f, page, size)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	items := make([]eventView, len(events))
+	for i, e := range events {
+		items[i] = viewEvent(e)
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
+		"totalPages": (total + size - 1) / size})
+}
+
+// paging reads page and size, and notes unknown or repeated parameters.
+func paging(q url.Values, p *dispatch.Problems, known ...string) (int, int) {
+	allowed := map[string]bool{"page": true, "size": true}
+	for _, k := range known {
+		allowed[k] = true
+	}
+	for _, k := range sortedParams(q) {
+		if !allowed[k] {
+			p.Add(k, "unknown query parameter")
+		} else if len(q[k]) > 1 {
+			p.Add(k, "must be given once")
+		}
+	}
+	page, size := 0, defaultPageSize
+	if v := q.Get("page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1_000_000 {
+			p.Add("page", "must be a whole number from 0 to 1000000")
+		} else {
+			page = n
+		}
+	}
+	if v := q.Get("size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			p.Add("size", "must be a whole number from 1 to %d", maxPageSize)
+		} else {
+			size = n
+		}
+	}
+	return page, size
+}

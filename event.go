@@ -1,0 +1,180 @@
+package dispatch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SubscriptionStatus is a subscription's state (SPEC §10).
+type SubscriptionStatus string
+
+// Subscription states. Events fan out only to ACTIVE subscriptions.
+const (
+	SubscriptionActive              SubscriptionStatus = "ACTIVE"
+	SubscriptionPendingVerification SubscriptionStatus = "PENDING_VERIFICATION"
+	SubscriptionDisabled            SubscriptionStatus = "DISABLED"
+)
+
+// Valid reports whether s is a known subscription state.
+func (s SubscriptionStatus) Valid() bool {
+	return s == SubscriptionActive || s == SubscriptionPendingVerification || s == SubscriptionDisabled
+}
+
+// Subscription receives one job per published event that matches it.
+type Subscription struct {
+	ID   int64
+	Name string
+	URL  string
+	// EventTypes are patterns: an exact type ("order.created"), a prefix
+	// ("order.*", matching every type that starts with "order.") or "*".
+	EventTypes    []string
+	Filter        map[string]string // every pair must be in the event's metadata
+	CredentialsID int64             // 0: unsigned
+	Headers       map[string]string
+	MaxRetries    int
+	RetryStrategy RetryStrategy
+	// OrderingKey is a JSON pointer into the event's data (e.g. /customerId);
+	// events with the same value reach this subscription in publish order.
+	OrderingKey        string
+	RateLimitPerSecond int // 0: unlimited
+	Status             SubscriptionStatus
+	DisabledReason     string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Event is one published fact; dispatch makes a job of it for every ACTIVE
+// subscription that matches.
+type Event struct {
+	ID             int64
+	Source         string
+	Type           string
+	Data           string // JSON text, delivered as the jobs' payload
+	Metadata       map[string]string
+	IdempotencyKey string
+	CreatedAt      time.Time
+	Jobs           []EventJob
+}
+
+// EventJob is the job an event made for one subscription, with its status.
+type EventJob struct {
+	ID             int64
+	SubscriptionID int64
+	Status         Status
+}
+
+// EventFilter selects events for search. Zero fields match all.
+type EventFilter struct {
+	Type          string
+	Source        string
+	CreatedAfter  *time.Time
+	CreatedBefore *time.Time
+}
+
+// SubscriptionFilter selects subscriptions for listing.
+type SubscriptionFilter struct {
+	EventType string // subscriptions an event of this type would reach
+	Status    SubscriptionStatus
+}
+
+// MatchKeys are the patterns that match an event type: the type itself,
+// each dotted prefix followed by ".*", and "*". "a.b.c" is matched by
+// "a.b.c", "a.*", "a.b.*" and "*". The store matches subscriptions by
+// intersecting these with their patterns (one indexed array overlap).
+func MatchKeys(eventType string) []string {
+	keys := []string{eventType, "*"}
+	for i := 0; i < len(eventType); i++ {
+		if eventType[i] == '.' {
+			keys = append(keys, eventType[:i]+".*")
+		}
+	}
+	return keys
+}
+
+// Matches reports whether the subscription's patterns match the type.
+func (s *Subscription) Matches(eventType string) bool {
+	for _, k := range MatchKeys(eventType) {
+		for _, p := range s.EventTypes {
+			if p == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// EventJobKey is the idempotency key of the job an event makes for a
+// subscription: publishing cannot make two jobs for the same pair.
+func EventJobKey(eventID, subscriptionID int64) string {
+	return FormatID(eventID) + ":" + FormatID(subscriptionID)
+}
+
+// maxGroupValue keeps "sub-<id>-<value>" within SQS's 128 characters.
+const maxGroupValue = MaxGroupIDLen - len("sub-9223372036854775807-")
+
+// OrderingGroup returns the groupId of the job an event makes for a
+// subscription with an ordering key: "sub-<subscriptionId>-<value>", the
+// value taken from the event's data at the JSON pointer. A value outside the
+// SQS group alphabet, or too long, is replaced by "h" and its SHA-256 (so
+// distinct values never share a group by sanitising). It returns "" when
+// the pointer does not resolve to a value (then the job has no group).
+func OrderingGroup(subscriptionID int64, pointer string, data any) string {
+	v, ok := ResolvePointer(data, pointer)
+	if !ok || v == nil {
+		return ""
+	}
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	default:
+		b, _ := json.Marshal(x)
+		s = string(b)
+	}
+	if s == "" || len(s) > maxGroupValue || !validGroupID(s) || strings.HasPrefix(s, "h~") {
+		sum := sha256.Sum256([]byte(s))
+		s = "h~" + hex.EncodeToString(sum[:16])
+	}
+	return "sub-" + FormatID(subscriptionID) + "-" + s
+}
+
+// ResolvePointer follows an RFC 6901 JSON pointer into a value decoded with
+// UseNumber. "" is the whole document.
+func ResolvePointer(doc any, pointer string) (any, bool) {
+	if pointer == "" {
+		return doc, true
+	}
+	if !strings.HasPrefix(pointer, "/") {
+		return nil, false
+	}
+	cur := doc
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := cur.(type) {
+		case map[string]any:
+			v, ok := x[tok]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) || strconv.Itoa(i) != tok {
+				return nil, false
+			}
+			cur = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// VerificationType is the "type" of the handshake request's body.
+const VerificationType = "dispatch.verification"

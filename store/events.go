@@ -1,0 +1,535 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+const subscriptionColumns = `id, name, url, event_types, filter, credentials_id, headers, max_retries,
+	retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason, created_at, updated_at`
+
+func scanSubscription(row pgx.Row) (dispatch.Subscription, error) {
+	var (
+		s                   dispatch.Subscription
+		credID              *int64
+		orderingKey, reason *string
+		rate                *int32
+		filter, headers     map[string]string
+		eventTypes          []string
+	)
+	err := row.Scan(&s.ID, &s.Name, &s.URL, &eventTypes, &filter, &credID, &headers, &s.MaxRetries,
+		&s.RetryStrategy, &orderingKey, &rate, &s.Status, &reason, &s.CreatedAt, &s.UpdatedAt)
+	if err != nil {
+		return s, err
+	}
+	s.EventTypes, s.Filter, s.Headers = eventTypes, filter, headers
+	s.CredentialsID, s.OrderingKey, s.DisabledReason = derefInt(credID), deref(orderingKey), deref(reason)
+	if rate != nil {
+		s.RateLimitPerSecond = int(*rate)
+	}
+	return s, nil
+}
+
+func nullRate(n int) *int32 {
+	if n == 0 {
+		return nil
+	}
+	v := int32(n)
+	return &v
+}
+
+func emptyIfNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// checkCredentials reports a missing credentials id as a field problem.
+func (s *Store) checkCredentials(ctx context.Context, id int64) error {
+	if id == 0 {
+		return nil
+	}
+	if _, err := s.GetCredentials(ctx, id); err != nil {
+		if dispatch.ErrorCode(err) == dispatch.ENotFound {
+			var p dispatch.Problems
+			p.Add("credentialsId", "credentials %d do not exist", id)
+			return p.Err()
+		}
+		return fmt.Errorf("store: check credentials: %w", err)
+	}
+	return nil
+}
+
+// CreateSubscription stores a new subscription in the status it carries.
+func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error) {
+	if err := s.checkCredentials(ctx, sub.CredentialsID); err != nil {
+		return dispatch.Subscription{}, err
+	}
+	now := time.Now().UTC()
+	var out dispatch.Subscription
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanSubscription(tx.QueryRow(ctx, `
+		INSERT INTO dispatch_subscription (id, name, url, event_types, filter, credentials_id, headers,
+			max_retries, retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason,
+			created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$14)
+		RETURNING `+subscriptionColumns,
+			s.NewID(), sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
+			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now))
+		if err != nil {
+			return err
+		}
+		return ensureSlots(ctx, tx, out)
+	})
+	if err != nil {
+		return out, fmt.Errorf("store: create subscription: %w", interpret(err))
+	}
+	return out, nil
+}
+
+// GetSubscription returns a subscription by id.
+func (s *Store) GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sub, notFound("subscription", id)
+	}
+	if err != nil {
+		return sub, fmt.Errorf("store: get subscription %d: %w", id, err)
+	}
+	return sub, nil
+}
+
+// ListSubscriptions returns one page of subscriptions, newest first, and the
+// total. f.EventType selects those an event of that type would reach.
+func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFilter, page, size int) ([]dispatch.Subscription, int, error) {
+	var (
+		conds []string
+		args  []any
+	)
+	if f.EventType != "" {
+		args = append(args, dispatch.MatchKeys(f.EventType))
+		conds = append(conds, "event_types && $"+strconv.Itoa(len(args)))
+	}
+	if f.Status != "" {
+		args = append(args, string(f.Status))
+		conds = append(conds, "status = $"+strconv.Itoa(len(args)))
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription`+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("store: count subscriptions: %w", err)
+	}
+	args = append(args, size, page*size)
+	rows, err := s.pool.Query(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription`+where+
+		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
+	}
+	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
+	}
+	return subs, total, nil
+}
+
+// UpdateSubscription applies change to the subscription under a row lock
+// and stores the result: a partial update never loses a concurrent one.
+// change returns an error (a bad field) to store nothing.
+func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*dispatch.Subscription) error) (dispatch.Subscription, error) {
+	var out dispatch.Subscription
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		sub, err := scanSubscription(tx.QueryRow(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("subscription", id)
+		}
+		if err != nil {
+			return err
+		}
+		credBefore := sub.CredentialsID
+		if err := change(&sub); err != nil {
+			return err
+		}
+		if sub.CredentialsID != credBefore {
+			if err := s.checkCredentials(ctx, sub.CredentialsID); err != nil {
+				return err
+			}
+		}
+		out, err = scanSubscription(tx.QueryRow(ctx, `
+			UPDATE dispatch_subscription SET name = $2, url = $3, event_types = $4, filter = $5,
+				credentials_id = $6, headers = $7, max_retries = $8, retry_strategy = $9, ordering_key = $10,
+				rate_limit_per_second = $11, status = $12, disabled_reason = $13, updated_at = now()
+			WHERE id = $1 RETURNING `+subscriptionColumns,
+			id, sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
+			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason)))
+		if err != nil {
+			return err
+		}
+		return ensureSlots(ctx, tx, out)
+	})
+	if err != nil {
+		var de *dispatch.Error
+		if errors.As(err, &de) {
+			return out, err
+		}
+		return out, fmt.Errorf("store: update subscription %d: %w", id, err)
+	}
+	return out, nil
+}
+
+// SetSubscriptionStatus moves a subscription to status with reason (empty
+// for ACTIVE), but only from one of the states in from (none: any state). A
+// subscription in another state is a conflict.
+func (s *Store) SetSubscriptionStatus(ctx context.Context, id int64, status dispatch.SubscriptionStatus, reason string, from ...dispatch.SubscriptionStatus) (dispatch.Subscription, error) {
+	return s.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
+		if len(from) > 0 && sub.Status != status {
+			ok := false
+			for _, f := range from {
+				ok = ok || sub.Status == f
+			}
+			if !ok {
+				return dispatch.Errorf(dispatch.EConflict, "subscription %d is %s and cannot become %s", id, sub.Status, status)
+			}
+		}
+		sub.Status, sub.DisabledReason = status, reason
+		return nil
+	})
+}
+
+// DeleteSubscription removes a subscription. Jobs already made for it go on.
+func (s *Store) DeleteSubscription(ctx context.Context, id int64) error {
+	tag, err := s.pool.Exec(ctx, `
+		WITH slots AS (DELETE FROM dispatch_subscription_slot WHERE subscription_id = $1)
+		DELETE FROM dispatch_subscription WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("store: delete subscription %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("subscription", id)
+	}
+	return nil
+}
+
+// PublishEvent stores an event and one PENDING job per matching ACTIVE
+// subscription in one transaction, one statement per table: the event row,
+// the matching subscriptions (a GIN lookup on their patterns plus the
+// metadata filter), and all the jobs (INSERT … SELECT over unnest). data is
+// the event's data decoded, for the ordering keys. When the idempotency key
+// is taken it returns the existing event and its jobs with created=false
+// and writes nothing.
+func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error) {
+	for try := 0; ; try++ {
+		out, created, err := s.publishEventOnce(ctx, e, data)
+		var pgErr *pgconn.PgError
+		if try < 10 && errors.As(err, &pgErr) && (pgErr.ConstraintName == "dispatch_job_pkey" || pgErr.ConstraintName == "dispatch_event_pkey") {
+			// Two processes share a snowflake node id and made the same ids
+			// in the same millisecond: fresh ids, after a moment of jitter so
+			// that the two do not meet again in step.
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			continue
+		}
+		if err != nil {
+			return out, false, fmt.Errorf("store: publish event: %w", interpret(err))
+		}
+		return out, created, nil
+	}
+}
+
+func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error) {
+	var (
+		out     dispatch.Event
+		created bool
+	)
+	metadata := emptyIfNil(e.Metadata)
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		now := time.Now().UTC()
+		var err error
+		out, err = scanEvent(tx.QueryRow(ctx, `
+			INSERT INTO dispatch_event (id, source, type, data, metadata, idempotency_key, created_at)
+			VALUES ($1,$2,$3,$4,$5,$6,$7)
+			ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING `+eventColumns,
+			s.NewID(), e.Source, e.Type, e.Data, metadata, nullStr(e.IdempotencyKey), now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			out, err = scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM dispatch_event WHERE idempotency_key = $1`, e.IdempotencyKey))
+			if err != nil {
+				return err
+			}
+			out.Jobs, err = eventJobs(ctx, tx, out.ID)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		created = true
+		var (
+			subIDs, jobIDs []int64
+			groups         []*string
+		)
+		rows, err := tx.Query(ctx, `
+			SELECT id, COALESCE(ordering_key, '') FROM dispatch_subscription
+			WHERE status = 'ACTIVE' AND event_types && $1 AND filter <@ $2
+			ORDER BY id`, dispatch.MatchKeys(e.Type), metadata)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				id  int64
+				key string
+			)
+			if err := rows.Scan(&id, &key); err != nil {
+				rows.Close()
+				return err
+			}
+			subIDs = append(subIDs, id)
+			jobIDs = append(jobIDs, s.NewID())
+			var g *string
+			if key != "" {
+				g = nullStr(dispatch.OrderingGroup(id, key, data))
+			}
+			groups = append(groups, g)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(subIDs) == 0 {
+			out.Jobs = []dispatch.EventJob{}
+			return nil
+		}
+		rows, err = tx.Query(ctx, `
+			INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
+				protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
+				retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id)
+			SELECT m.job_id, $1, $1, $2, $3, m.group_id, s.url, 'HTTP_WEBHOOK', s.headers, $4,
+				'application/json', s.credentials_id, 'PENDING', s.max_retries, s.retry_strategy,
+				$5::text || ':' || s.id::text,
+				$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', s.id::text),
+				$1, $7, s.id
+			FROM unnest($8::bigint[], $9::bigint[], $10::text[]) AS m(job_id, sub_id, group_id)
+			JOIN dispatch_subscription s ON s.id = m.sub_id
+			ORDER BY m.job_id
+			RETURNING id, subscription_id, status`,
+			now, e.Source, e.Type, e.Data, dispatch.FormatID(out.ID), metadata, out.ID, jobIDs, subIDs, groups)
+		if err != nil {
+			return err
+		}
+		out.Jobs, err = collectEventJobs(rows)
+		return err
+	})
+	return out, created, err
+}
+
+const eventColumns = `id, source, type, data, metadata, COALESCE(idempotency_key, ''), created_at`
+
+func scanEvent(row pgx.Row) (dispatch.Event, error) {
+	var e dispatch.Event
+	err := row.Scan(&e.ID, &e.Source, &e.Type, &e.Data, &e.Metadata, &e.IdempotencyKey, &e.CreatedAt)
+	return e, err
+}
+
+func collectEventJobs(rows pgx.Rows) ([]dispatch.EventJob, error) {
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.EventJob, error) {
+		var j dispatch.EventJob
+		return j, r.Scan(&j.ID, &j.SubscriptionID, &j.Status)
+	})
+	if jobs == nil && err == nil {
+		jobs = []dispatch.EventJob{}
+	}
+	slices.SortFunc(jobs, func(a, b dispatch.EventJob) int { return cmp.Compare(a.ID, b.ID) })
+	return jobs, err
+}
+
+// eventJobs lists the jobs an event made (not their replays), oldest first.
+func eventJobs(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, eventID int64) ([]dispatch.EventJob, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, subscription_id, status FROM dispatch_job
+		WHERE event_id = $1 AND replay_of IS NULL ORDER BY id`, eventID)
+	if err != nil {
+		return nil, err
+	}
+	return collectEventJobs(rows)
+}
+
+// GetEvent returns an event with its jobs' current status.
+func (s *Store) GetEvent(ctx context.Context, id int64) (dispatch.Event, error) {
+	e, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM dispatch_event WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, notFound("event", id)
+	}
+	if err == nil {
+		e.Jobs, err = eventJobs(ctx, s.pool, id)
+	}
+	if err != nil {
+		return e, fmt.Errorf("store: get event %d: %w", id, err)
+	}
+	return e, nil
+}
+
+// SearchEvents returns one page of matching events, newest first, and the
+// total. The events come without their jobs (GetEvent has them).
+func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, size int) ([]dispatch.Event, int, error) {
+	var (
+		conds []string
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Type != "" {
+		add("type = ?", f.Type)
+	}
+	if f.Source != "" {
+		add("source = ?", f.Source)
+	}
+	if f.CreatedAfter != nil {
+		add("created_at >= ?", *f.CreatedAfter)
+	}
+	if f.CreatedBefore != nil {
+		add("created_at < ?", *f.CreatedBefore)
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("store: count events: %w", err)
+	}
+	args = append(args, size, page*size)
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM dispatch_event`+where+
+		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: search events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: search events: %w", err)
+	}
+	return events, total, nil
+}
+
+// AcquireSlot takes one of a rate-limited subscription's delivery slots
+// (rateLimitPerSecond of them, shared by every processor through
+// PostgreSQL, on the database's clock). A slot is held from now until
+// ReleaseSlot frees it one second after the response, or, should the holder
+// die, until hold has passed. So a request never reaches the receiver less
+// than a second after the request that held its slot before: no one-second
+// window ever sees more than rateLimitPerSecond requests arrive.
+//
+// It returns the slot and ok=true; slot −1 and ok=true when the
+// subscription has no limit (or was deleted); or ok=false and when the
+// first slot is due to be free.
+func (s *Store) AcquireSlot(ctx context.Context, subscriptionID int64, hold time.Duration) (int, bool, time.Time, error) {
+	var slot int
+	err := s.pool.QueryRow(ctx, `
+		UPDATE dispatch_subscription_slot SET free_at = clock_timestamp() + make_interval(secs => $2::float8)
+		WHERE (subscription_id, slot) = (
+			SELECT k.subscription_id, k.slot FROM dispatch_subscription_slot k
+			JOIN dispatch_subscription s ON s.id = k.subscription_id
+			WHERE k.subscription_id = $1 AND k.slot < s.rate_limit_per_second AND k.free_at <= clock_timestamp()
+			ORDER BY k.free_at LIMIT 1
+			FOR UPDATE OF k SKIP LOCKED)
+		RETURNING slot`, subscriptionID, hold.Seconds()).Scan(&slot)
+	if err == nil {
+		return slot, true, time.Time{}, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, time.Time{}, fmt.Errorf("store: acquire slot of subscription %d: %w", subscriptionID, err)
+	}
+	var (
+		limit *int32
+		free  *time.Time
+		dbNow time.Time
+	)
+	err = s.pool.QueryRow(ctx, `
+		SELECT s.rate_limit_per_second, (SELECT GREATEST(min(k.free_at), clock_timestamp()) FROM dispatch_subscription_slot k
+			WHERE k.subscription_id = s.id AND k.slot < s.rate_limit_per_second), clock_timestamp()
+		FROM dispatch_subscription s WHERE s.id = $1`, subscriptionID).Scan(&limit, &free, &dbNow)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && limit == nil) {
+		return -1, true, time.Time{}, nil
+	}
+	if err != nil {
+		return 0, false, time.Time{}, fmt.Errorf("store: acquire slot of subscription %d: %w", subscriptionID, err)
+	}
+	// Due again when the first slot frees (on this process's clock), or in
+	// a moment when a slot is free but another processor had it locked.
+	wait := 20 * time.Millisecond
+	if free != nil && free.Sub(dbNow) > wait {
+		wait = free.Sub(dbNow)
+	}
+	return 0, false, time.Now().Add(wait), nil
+}
+
+// ReleaseSlot frees a slot one second after now (the response is in).
+func (s *Store) ReleaseSlot(ctx context.Context, subscriptionID int64, slot int) error {
+	if slot < 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_subscription_slot SET free_at = clock_timestamp() + interval '1 second'
+		WHERE subscription_id = $1 AND slot = $2`, subscriptionID, slot)
+	if err != nil {
+		return fmt.Errorf("store: release slot %d of subscription %d: %w", slot, subscriptionID, err)
+	}
+	return nil
+}
+
+// ensureSlots makes sure a rate-limited subscription has its slots.
+func ensureSlots(ctx context.Context, q querier, sub dispatch.Subscription) error {
+	if sub.RateLimitPerSecond == 0 {
+		return nil
+	}
+	var n int
+	return q.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO dispatch_subscription_slot (subscription_id, slot, free_at)
+			SELECT $1, g, '-infinity' FROM generate_series(0, $2 - 1) g
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT count(*) FROM ins`, sub.ID, sub.RateLimitPerSecond).Scan(&n)
+}
+
+// DisableFailingSubscriptions disables ACTIVE subscriptions whose finished
+// jobs have all ended ERROR for at least after: one ERROR finished before
+// now−after with no COMPLETED job since. It returns how many it disabled.
+func (s *Store) DisableFailingSubscriptions(ctx context.Context, now time.Time, after time.Duration) (int64, error) {
+	cutoff := now.Add(-after)
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_subscription s SET status = 'DISABLED', updated_at = $1,
+			disabled_reason = 'every delivery has failed since ' || to_char(
+				(SELECT min(e.completed_at) FROM dispatch_job e WHERE e.subscription_id = s.id AND e.status = 'ERROR'
+					AND e.completed_at > COALESCE((SELECT max(c.completed_at) FROM dispatch_job c
+						WHERE c.subscription_id = s.id AND c.status = 'COMPLETED'), '-infinity'))
+				AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' (automatic disable after ' || $3 || ')'
+		WHERE s.status = 'ACTIVE' AND EXISTS (
+			SELECT 1 FROM dispatch_job e
+			WHERE e.subscription_id = s.id AND e.status = 'ERROR' AND e.completed_at <= $2
+				AND NOT EXISTS (SELECT 1 FROM dispatch_job c WHERE c.subscription_id = s.id
+					AND c.status = 'COMPLETED' AND c.completed_at >= e.completed_at))`,
+		now, cutoff, after.String())
+	if err != nil {
+		return 0, fmt.Errorf("store: disable failing subscriptions: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
