@@ -19,6 +19,9 @@ DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
 
 BENCH_JOBS ?= 5000
+SOAK_JOBS    ?= 100000
+SOAK_GROUPS  ?= 2000
+SOAK_BACKLOG ?= 50000
 FUZZTIME   ?= 30s
 # The short fuzz run at the end of `make test`, per fuzz target.
 TEST_FUZZTIME ?= 5s
@@ -33,7 +36,7 @@ RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
-.PHONY: help build up down run test test/short test/fuzz lint bench fuzz compose/check clean distclean
+.PHONY: help build up down run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
 
 help: ## List targets
 	@echo "usage: make <target>   (PGPORT=$(PGPORT) SQS_PORT=$(SQS_PORT))"
@@ -58,6 +61,13 @@ test: up ## go vet + full test suite with -race against PostgreSQL and the SQS s
 	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/test-report.txt go test -race -count=1 -timeout 15m ./...
 	@echo "== chaos figures"; cat .dev/test-report.txt 2>/dev/null || true
 	@$(MAKE) --no-print-directory test/fuzz
+
+soak: up ## The scale chaos test at full size (100,000 jobs, 2,000 groups) and a 50,000-job backlog; prints the figures
+	@mkdir -p .dev && rm -f .dev/soak-report.txt
+	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/soak-report.txt \
+		DISPATCH_TEST_SCALE_JOBS=$(SOAK_JOBS) DISPATCH_TEST_SCALE_GROUPS=$(SOAK_GROUPS) DISPATCH_TEST_BACKLOG_JOBS=$(SOAK_BACKLOG) \
+		go test -count=1 -timeout 80m -run '^(TestScaleChaos|TestBacklogDrain)$$' ./cmd/dispatch
+	@echo "== soak figures"; cat .dev/soak-report.txt
 
 test/fuzz: ## Short fuzz run: each fuzz target in FUZZ_PKGS for TEST_FUZZTIME (5s)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
