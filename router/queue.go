@@ -219,8 +219,6 @@ func (q *Queue) Receive(ctx context.Context, max int, wait time.Duration, visibi
 		MaxNumberOfMessages: int32(max),
 		WaitTimeSeconds:     int32(wait / time.Second),
 		VisibilityTimeout:   int32(visibility / time.Second),
-		// The emulator returns system attributes only through this deprecated field.
-		AttributeNames: []types.QueueAttributeName{"MessageGroupId", "ApproximateReceiveCount"}, //nolint:staticcheck
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameMessageGroupId,
 			types.MessageSystemAttributeNameApproximateReceiveCount,
