@@ -2,6 +2,7 @@ package mediator_test
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -21,13 +22,14 @@ import (
 type procSetup struct {
 	proc  *mediator.Processor
 	store *store.Store
+	pool  *pgxpool.Pool
 }
 
 // setupProcessor builds a Processor on a fresh database. The backoff has
 // no jitter (2s base) so retry delays are exact; cfg fields override.
 func setupProcessor(t *testing.T, cfg mediator.ProcessorConfig) procSetup {
 	t.Helper()
-	st, _, _ := storetest.New(t, store.Options{NodeID: 2})
+	st, pool, _ := storetest.New(t, store.Options{NodeID: 2})
 	if cfg.Sender == nil {
 		cfg.Sender = newSender(5*time.Second, true)
 	}
@@ -40,7 +42,7 @@ func setupProcessor(t *testing.T, cfg mediator.ProcessorConfig) procSetup {
 	cfg.DeliveryTimeout = 5 * time.Second
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Metrics = mediator.NewMetrics(prometheus.NewRegistry())
-	return procSetup{proc: mediator.NewProcessor(st, cfg), store: st}
+	return procSetup{proc: mediator.NewProcessor(st, cfg), store: st, pool: pool}
 }
 
 // createJob stores a PENDING job for url; modify adjusts it first.

@@ -272,22 +272,11 @@ func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attem
 // CancelJob moves a PENDING or FAILED job to CANCELLED. A job in progress
 // or already terminal is a conflict.
 func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
-	// Later jobs of its group whose pointers stepped aside to wait for this
-	// one (until its schedule or retry) are sent now instead.
 	j, err := scanJob(s.pool.QueryRow(ctx, `
-		WITH cancelled AS (
-			UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
-				last_error = 'cancelled', claimed_until = NULL
-			WHERE id = $1 AND status IN ('PENDING', 'FAILED')
-			RETURNING *
-		), released AS (
-			UPDATE dispatch_job d SET next_attempt_at = now()
-			FROM cancelled c
-			WHERE d.group_id = c.group_id AND d.id > c.id AND d.queued_at IS NULL
-				AND d.status IN ('PENDING', 'FAILED') AND d.next_attempt_at > now()
-				AND (d.scheduled_for IS NULL OR d.scheduled_for <= now())
-		)
-		SELECT `+jobColumns+` FROM cancelled`, id))
+		UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
+			last_error = 'cancelled', claimed_until = NULL
+		WHERE id = $1 AND status IN ('PENDING', 'FAILED')
+		RETURNING `+jobColumns, id))
 	if err == nil {
 		return j, nil
 	}

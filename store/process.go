@@ -74,11 +74,11 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 				WHERE group_id = $1 AND id < $2 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
 				ORDER BY id LIMIT 1`, j.GroupID, j.ID).Scan(&pred)
 			if err == nil {
-				c.State, c.Until = dispatch.ClaimBlocked, now.Add(stepAsideDelay(j.PointerGen))
+				c.State, c.Until = dispatch.ClaimBlocked, now.Add(time.Second)
 				if pred != nil && pred.After(c.Until) {
 					c.Until = *pred
 				}
-				return stepAside(ctx, tx, j.ID, now, c.Until)
+				return stepAside(ctx, tx, j.ID)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -118,35 +118,15 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	return c, nil
 }
 
-// stepAside takes a blocked job's pointer out of the queue: it is marked
-// unsent, to be published again (under a new deduplication id) at until,
-// behind whatever its group has in the queue by then. A FIFO queue holds a
-// group behind its first message, so a pointer that waits at the head of its
-// group for an earlier job whose own pointer is behind it (re-sent after an
-// outage or a loss) would block that group for good.
-func stepAside(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time) error {
-	// A far-future predecessor (scheduled months ahead) is looked at again
-	// within the SQS visibility limit; a cancel brings the pointer forward.
-	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
-		until = latest
-	}
-	_, err := tx.Exec(ctx, `
-		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1,
-			next_attempt_at = GREATEST(next_attempt_at, $2)
-		WHERE id = $1`, id, until)
+// stepAside takes a blocked job's pointer out of the queue: the job is
+// marked unsent with a new pointer generation, and the publisher sends it
+// again once no earlier job of its group is live, so it lands behind them.
+// A FIFO queue holds a group behind its first message: a pointer that waited
+// at the head of its group for an earlier job whose own pointer is behind it
+// (re-sent after an outage or a loss) would block that group for good.
+func stepAside(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1 WHERE id = $1`, id)
 	return err
-}
-
-// stepAsideDelay spaces the re-sends of a pointer that keeps finding its
-// group blocked. The first goes out at once: it lands behind the earlier
-// job's pointer, which is usually in the queue already. Later ones back off
-// (0.5 s, 1 s, 2 s, … up to 30 s) in case that pointer was lost and waits
-// for the sweep.
-func stepAsideDelay(gen int) time.Duration {
-	if gen == 0 {
-		return 0
-	}
-	return min(500*time.Millisecond<<min(gen-1, 6), 30*time.Second)
 }
 
 // pointerDueBack notes that the job's pointer is alive and due back when
@@ -270,8 +250,13 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 	rows, err := s.pool.Query(ctx, `
 		UPDATE dispatch_job SET queued_at = $1
 		WHERE id IN (
-			SELECT id FROM dispatch_job
+			SELECT id FROM dispatch_job j
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
+				-- A pointer sent again (stepped aside, or replacing a lost
+				-- one) waits until no earlier job of its group is live.
+				AND (pointer_gen = 0 OR group_id IS NULL OR NOT EXISTS (
+					SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+						AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
 			ORDER BY next_attempt_at, id LIMIT $2
 			FOR UPDATE SKIP LOCKED)
 		RETURNING id, COALESCE(group_id, ''), pointer_gen, next_attempt_at`, now, limit)

@@ -715,10 +715,10 @@ func markQueued(t *testing.T, st *store.Store, at time.Time) {
 }
 
 // A job blocked behind a far-scheduled job of its group steps its pointer
-// aside (the refused copy is acknowledged and the job marked unsent): it is
-// sent again within SQS's 12 h visibility limit, not at the predecessor's
-// time, and at once when the predecessor is cancelled. (Issue 11 #2: it had
-// waited for the predecessor's schedule, 30 days.)
+// aside (the refused copy is acknowledged and the job marked unsent): the
+// publisher sends it again as soon as no earlier job of its group is live,
+// here at once when the predecessor is cancelled. (Issue 11 #2: it waited
+// for the predecessor's schedule, 30 days, even after the cancel.)
 func TestBlockedJobBehindAFarScheduledJobIsSentAgain(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)
@@ -727,12 +727,8 @@ func TestBlockedJobBehindAFarScheduledJobIsSentAgain(t *testing.T) {
 	b := createJob(t, st, withGroup("g"))
 	markQueued(t, st, t0) // b goes out; a is not due
 	claim(t, st, b.ID, t0.Add(2*time.Second), dispatch.ClaimBlocked)
-	got := getJob(t, st, b.ID)
-	if got.QueuedAt != nil {
+	if got := getJob(t, st, b.ID); got.QueuedAt != nil {
 		t.Errorf("b stepped aside but is still marked queued (%v): nothing would send it again", got.QueuedAt)
-	}
-	if got.NextAttemptAt == nil || got.NextAttemptAt.After(t0.Add(2*time.Second+dispatch.MaxVisibilityDelay)) {
-		t.Errorf("b is due again at %v, want within 12 h of the refusal", got.NextAttemptAt)
 	}
 	published := func(at time.Time) []int64 {
 		var ids []int64
@@ -746,13 +742,51 @@ func TestBlockedJobBehindAFarScheduledJobIsSentAgain(t *testing.T) {
 		}
 		return ids
 	}
-	if ids := published(t0.Add(time.Hour)); len(ids) != 0 {
-		t.Errorf("published %v an hour later; b waits for a (or for 12 h)", ids)
+	if ids := published(t0.Add(13 * time.Hour)); len(ids) != 0 {
+		t.Errorf("published %v while a is still pending; b must stay behind it", ids)
 	}
 	if _, err := st.CancelJob(t.Context(), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if ids := published(time.Now().Add(time.Second)); len(ids) != 1 || ids[0] != b.ID {
-		t.Errorf("after a was cancelled the publisher sent %v, want b (%d) at once", ids, b.ID)
+	ids := published(time.Now().Add(time.Second))
+	if len(ids) != 1 || ids[0] != b.ID {
+		t.Fatalf("after a was cancelled the publisher sent %v, want b (%d) at once", ids, b.ID)
+	}
+	if got := getJob(t, st, b.ID); got.PointerGen != 1 {
+		t.Errorf("b's pointer generation is %d, want 1 (a new deduplication id for the re-send)", got.PointerGen)
+	}
+}
+
+// Pointers sent again wait for the earlier jobs of their group, so they
+// reach the queue in group order whatever order they were marked unsent in.
+func TestResentPointersWaitForTheirGroup(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	a := createJob(t, st, withGroup("g"))
+	b := createJob(t, st, withGroup("g"))
+	markQueued(t, st, t0)
+	claim(t, st, b.ID, t0.Add(time.Second), dispatch.ClaimBlocked) // b's copy came first
+	var sent [][]int64
+	publish := func() {
+		if _, err := st.PublishDue(t.Context(), time.Now().Add(time.Second), 1000, func(due []dispatch.Unsent) ([]int64, error) {
+			var ids []int64
+			for _, u := range due {
+				ids = append(ids, u.ID)
+			}
+			sent = append(sent, ids)
+			return ids, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish()
+	if len(sent) != 0 {
+		t.Fatalf("b was sent again %v while a is live", sent)
+	}
+	completeJob(t, st, a.ID, t0.Add(3*time.Second))
+	publish()
+	if len(sent) != 1 || len(sent[0]) != 1 || sent[0][0] != b.ID {
+		t.Fatalf("after a completed the publisher sent %v, want [[b]]", sent)
 	}
 }

@@ -289,6 +289,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	defer stopAPI()
 	g, gctx := errgroup.WithContext(apiCtx)
 	processURL := a.cfg.ProcessURL
+	// In `all`, the router hands pointers to the processor in process unless
+	// DISPATCH_PROCESS_URL names an endpoint explicitly.
+	var local *mediator.Local
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 		if err != nil {
@@ -311,6 +314,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
 		})
+		if withRouter && !a.cfg.ProcessURLSet {
+			local = mediator.NewLocal(processor)
+		}
 		server := api.New(st, processor, publisher, api.Config{
 			APITokens: a.cfg.APITokens, AdminToken: a.cfg.AdminToken, InternalToken: a.cfg.InternalToken,
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
@@ -328,7 +334,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		for i, p := range a.cfg.Pools {
 			pools[i] = router.PoolConfig{Code: p.Code, Concurrency: p.Concurrency, RatePerMinute: p.RateLimitPerMinute}
 		}
-		rt, err := router.New(q, mediator.NewHTTP(processURL, a.cfg.InternalToken, mediationTimeout), router.Config{
+		var med router.Mediator = mediator.NewHTTP(processURL, a.cfg.InternalToken, mediationTimeout)
+		if local != nil {
+			med = local
+		}
+		rt, err := router.New(q, med, router.Config{
 			Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			Logger: a.log, Registerer: a.reg,
