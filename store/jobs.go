@@ -323,16 +323,7 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
 // redrive), oldest first, in one transaction. It returns the new jobs.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) ([]dispatch.Job, error) {
-	where, args := filterWhere(f)
-	// Finished jobs not replayed before: running the same redrive twice
-	// does not deliver the same dead letters twice.
-	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
-		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
-	if where == "" {
-		where = " WHERE " + terminal
-	} else {
-		where += " AND " + terminal
-	}
+	where, args := replayableWhere(f)
 	var out []dispatch.Job
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id FROM dispatch_job`+where+
@@ -357,4 +348,27 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		return nil, fmt.Errorf("store: bulk replay: %w", err)
 	}
 	return out, nil
+}
+
+// replayableWhere selects the finished jobs matching f not replayed before:
+// running the same redrive twice does not deliver the same dead letters twice.
+func replayableWhere(f dispatch.JobFilter) (string, []any) {
+	where, args := filterWhere(f)
+	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
+	if where == "" {
+		return " WHERE " + terminal, args
+	}
+	return where + " AND " + terminal, args
+}
+
+// CountReplayable counts the jobs a ReplayJobs with f would replay (without
+// its limit): the dry run of a redrive.
+func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
+	where, args := replayableWhere(f)
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count replayable: %w", err)
+	}
+	return n, nil
 }
