@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -288,6 +290,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	defer stopAPI()
 	g, gctx := errgroup.WithContext(apiCtx)
 	processURL := a.cfg.ProcessURL
+	var inProcess atomic.Pointer[router.Router] // the router of `dispatch all`, for the console
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 		if err != nil {
@@ -304,8 +307,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
 			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
 		})
+		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
 		processor := mediator.NewProcessor(st, mediator.ProcessorConfig{
-			Sender: sender, Breakers: mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen),
+			Sender: sender, Breakers: breakers,
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
 		})
@@ -314,6 +318,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
+			Pools: a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
@@ -332,6 +337,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if err != nil {
 			return err
 		}
+		inProcess.Store(rt)
 		routerHTTP, err := net.Listen("tcp", a.cfg.RouterAddr)
 		if err != nil {
 			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
@@ -374,4 +380,54 @@ func loopbackAddr(addr net.Addr) string {
 		}
 	}
 	return addr.String()
+}
+
+// routerPools is how the console sees the router's pools: in process for
+// `dispatch all`, else from the router's /monitoring/pools on this host's
+// DISPATCH_ROUTER_ADDR port (an error when it does not answer).
+func (a *app) routerPools(withRouter bool, inProcess *atomic.Pointer[router.Router]) func(context.Context) (json.RawMessage, error) {
+	if withRouter {
+		return func(context.Context) (json.RawMessage, error) {
+			rt := inProcess.Load()
+			if rt == nil {
+				return nil, errors.New("the router has not started")
+			}
+			return json.Marshal(rt.Stats())
+		}
+	}
+	_, port, err := net.SplitHostPort(a.cfg.RouterAddr)
+	if err != nil {
+		return nil
+	}
+	url := "http://" + net.JoinHostPort("127.0.0.1", port) + "/monitoring/pools"
+	return func(ctx context.Context) (json.RawMessage, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("router answered %s", resp.Status)
+		}
+		var doc json.RawMessage
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
+			return nil, err
+		}
+		return doc, nil
+	}
+}
+
+func openBreakers(b *mediator.Breakers) func() []api.OpenBreaker {
+	return func() []api.OpenBreaker {
+		open := b.Open()
+		out := make([]api.OpenBreaker, len(open))
+		for i, h := range open {
+			out[i] = api.OpenBreaker{Host: h.Host, OpenUntil: h.Until}
+		}
+		return out
+	}
 }
