@@ -184,6 +184,11 @@ func TestConsoleLoginWithoutAdminToken(t *testing.T) {
 	f.do(t, "POST", "/api/console/login", `{"token":""}`, bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
 	// Insecure (make run): any token opens it, and the page says so.
 	g := setup(t, withConfig(func(c *api.Config) { c.AdminToken, c.Insecure = "", true }))
+	var e apiError
+	g.do(t, "GET", "/api/console/session", "", bearer("")).want(t, http.StatusUnauthorized).decode(t, &e)
+	if !strings.Contains(e.Error.Message, "any token signs in") {
+		t.Errorf("the sign-in page is not told that any token works: %q", e.Error.Message)
+	}
 	var s struct {
 		Insecure bool `json:"insecure"`
 	}

@@ -153,7 +153,11 @@ func (s *Server) currentSession(c *gin.Context) {
 	id, _ := c.Cookie(sessionCookie)
 	sess, ok := s.sessions.get(id, s.now())
 	if id == "" || !ok {
-		s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "not signed in"))
+		msg := "not signed in"
+		if s.cfg.AdminToken == "" && s.cfg.Insecure {
+			msg += " (insecure mode: no admin token is configured, any token signs in)"
+		}
+		s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "%s", msg))
 		return
 	}
 	c.JSON(http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires),

@@ -45,7 +45,10 @@ export async function session() {
     insecure = s.insecure;
     return true;
   } catch (e) {
-    if (e.status === 401) return false;
+    if (e.status === 401) {
+      insecure = e.message.includes('insecure mode');
+      return false;
+    }
     throw e;
   }
 }

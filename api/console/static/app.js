@@ -68,6 +68,8 @@ function showLogin(message) {
   const form = h('form', { class: 'login-card', id: 'login-form' },
     h('div', { class: 'brand brand-lg' }, h('span', { class: 'brand-mark' }, 'd'), 'dispatch'),
     h('p', { class: 'muted' }, 'Sign in to the operator console with the admin token.'),
+    api.insecure ? h('div', { class: 'alert alert-warn small', id: 'insecure-hint' },
+      'Local mode: no admin token is configured (DISPATCH_INSECURE), so any token signs in.') : null,
     h('label', { for: 'token' }, 'Admin token'), input,
     h('button', { type: 'submit', class: 'btn btn-primary', id: 'login' }, 'Sign in'),
     status);
