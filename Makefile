@@ -36,7 +36,7 @@ RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
-.PHONY: help build up down run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
+.PHONY: help build up down browser run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
 
 help: ## List targets
 	@echo "usage: make <target>   (PGPORT=$(PGPORT) SQS_PORT=$(SQS_PORT))"
@@ -52,10 +52,21 @@ up: ## Start PostgreSQL (if none answers) and the SQS stand-in (cmd/sqsfake)
 down: ## Stop what `make up` started (SQS stand-in, private PostgreSQL cluster)
 	$(DEVENV) down
 
+# The console's browser tests drive Debian's headless Chromium (no browser
+# download: none is reachable here). Installed only when it is missing.
+CHROMIUM ?= /usr/bin/chromium
+
+browser: ## Install Debian's chromium for the console's browser tests, if missing
+	@if [ -x "$(CHROMIUM)" ]; then echo "chromium: $$($(CHROMIUM) --version 2>/dev/null || echo present)"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		sudo_cmd=""; [ "$$(id -u)" -eq 0 ] || sudo_cmd="sudo"; \
+		$$sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo_cmd apt-get install -y -qq chromium; \
+	else echo "browser: install Chromium at $(CHROMIUM) (the console's browser tests need it)"; exit 1; fi
+
 run: up build ## Run `dispatch all` against the local environment
 	$(DEV_ENV); $(RUN_ENV) ./$(BIN) all
 
-test: up ## go vet + full test suite with -race against PostgreSQL and the SQS stand-in, then test/fuzz
+test: up browser ## go vet + full test suite with -race against PostgreSQL and the SQS stand-in, then test/fuzz
 	go vet ./...
 	@mkdir -p .dev && rm -f .dev/test-report.txt
 	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/test-report.txt go test -race -count=1 -timeout 15m ./...
@@ -72,7 +83,7 @@ soak: up ## The scale chaos test at full size (100,000 jobs, 2,000 groups) and a
 test/fuzz: ## Short fuzz run: each fuzz target in FUZZ_PKGS for TEST_FUZZTIME (5s)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
-test/short: up ## Like `test`, without -race
+test/short: up browser ## Like `test`, without -race
 	go vet ./...
 	$(DEV_ENV); $(TEST_ENV) go test -count=1 -timeout 15m ./...
 

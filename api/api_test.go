@@ -169,6 +169,7 @@ func (f *fixture) do(t *testing.T, method, path, body string, opts ...reqOption)
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
+	checkAgainstSpec(t, req, resp.StatusCode, resp.Header, b)
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 

@@ -135,3 +135,23 @@ func (s *Server) rotateCredentials(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, v)
 }
+
+// listCredentials pages through credentials, newest first; no secrets.
+func (s *Server) listCredentials(c *gin.Context) {
+	_, page, size, err := parsePaging(c.Request.URL.Query())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	creds, total, err := s.store.ListCredentials(c.Request.Context(), page, size)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	items := make([]credentialsView, len(creds))
+	for i, cr := range creds {
+		items[i] = viewCredentials(cr, s.now())
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
+		"totalPages": (total + size - 1) / size})
+}

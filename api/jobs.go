@@ -231,7 +231,22 @@ func (s *Server) jobAction(status int, act func(Store, context.Context, int64) (
 // replayJobs is the dead-letter redrive: it replays finished jobs matching
 // the search filters (at least one is required), up to limit.
 func (s *Server) replayJobs(c *gin.Context) {
-	f, _, limit, err := parseSearch(c.Request.URL.Query(), "limit")
+	q := c.Request.URL.Query()
+	dryRun := false
+	if v, ok := q["dryRun"]; ok {
+		delete(q, "dryRun")
+		switch v[0] {
+		case "true", "1", "":
+			dryRun = true
+		case "false", "0":
+		default:
+			var p dispatch.Problems
+			p.Add("dryRun", "must be true or false")
+			s.writeError(c, p.Err())
+			return
+		}
+	}
+	f, _, limit, err := parseSearch(q, "limit")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -241,6 +256,15 @@ func (s *Server) replayJobs(c *gin.Context) {
 		var p dispatch.Problems
 		p.Add("query", "at least one filter is required (for example status=ERROR)")
 		s.writeError(c, p.Err())
+		return
+	}
+	if dryRun {
+		n, err := s.store.CountReplayable(c.Request.Context(), f)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"dryRun": true, "matched": n, "wouldReplay": min(n, limit), "replayed": 0, "items": []jobView{}})
 		return
 	}
 	res, err := s.store.ReplayJobs(c.Request.Context(), f, limit)
@@ -260,7 +284,7 @@ func (s *Server) replayJobs(c *gin.Context) {
 		s.metrics.jobsCreated.Add(float64(len(res.Jobs)))
 		s.notifier.Notify()
 	}
-	c.JSON(http.StatusOK, gin.H{"replayed": len(items), "items": items, "failed": failed})
+	c.JSON(http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed})
 }
 
 func (s *Server) pathID(c *gin.Context) (int64, bool) {
@@ -271,4 +295,19 @@ func (s *Server) pathID(c *gin.Context) (int64, bool) {
 		s.writeError(c, p.Err())
 	}
 	return id, ok
+}
+
+// parsePaging reads page and size alone (no filters allowed).
+func parsePaging(q url.Values) (dispatch.JobFilter, int, int, error) {
+	var p dispatch.Problems
+	for key := range q {
+		if key != "page" && key != "size" {
+			p.Add(key, "unknown query parameter")
+		}
+	}
+	f, page, size, err := parseSearch(url.Values{"page": q["page"], "size": q["size"]}, "page", "size")
+	if err != nil {
+		return f, page, size, err
+	}
+	return f, page, size, p.Err()
 }

@@ -24,7 +24,18 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 	for i, t := range allowed {
 		sums[i] = sha256.Sum256([]byte(t))
 	}
+	withSession := realm != "internal"
 	return func(c *gin.Context) {
+		// The console signs in once and then sends its session cookie
+		// (and, for state changes, its CSRF token) instead of a bearer token.
+		if withSession && c.GetHeader("Authorization") == "" {
+			if handled, ok := s.fromSession(c); handled {
+				if ok {
+					c.Next()
+				}
+				return
+			}
+		}
 		if len(sums) == 0 {
 			if s.cfg.Insecure {
 				c.Next()

@@ -6,10 +6,12 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -32,6 +34,9 @@ type Store interface {
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 	DeleteCredentials(ctx context.Context, id int64) error
 	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
+	ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error)
+	CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error)
+	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
 	Ping(ctx context.Context) error
 	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
 	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
@@ -68,6 +73,11 @@ type Config struct {
 	Metrics http.Handler
 	// Verifier runs subscription handshakes (nil: /verify answers 503).
 	Verifier Verifier
+	// Pools returns the router's /monitoring/pools document (nil: no
+	// router known to this API).
+	Pools func(context.Context) (json.RawMessage, error)
+	// Breakers lists the circuit breakers open in this process (nil: none).
+	Breakers func() []OpenBreaker
 	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
 	ShutdownTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included; a client
@@ -98,6 +108,8 @@ type Server struct {
 	engine    *gin.Engine
 	metrics   *apiMetrics
 	now       func() time.Time
+	sessions  *sessions
+	console   *console
 }
 
 // New returns a Server. processor may be nil (no processing endpoint).
@@ -110,7 +122,8 @@ func New(store Store, processor Processor, notifier Notifier, cfg Config, reg me
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor, notifier: notifier,
-		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now}
+		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
+		sessions: newSessions(), console: newConsole()}
 	s.engine = s.routes()
 	return s
 }
@@ -189,7 +202,15 @@ func (s *Server) routes() *gin.Engine {
 		e.GET("/metrics", gin.WrapH(s.cfg.Metrics))
 	}
 
+	e.GET("/api/openapi.json", s.openAPI)
+	s.console.routes(e)
+	e.GET("/api/console/session", s.currentSession)
+	e.POST("/api/console/login", s.limitBody, s.login)
+	e.POST("/api/console/logout", s.logout)
+
 	jobs := e.Group("/api/dispatch", s.auth("api", s.cfg.APITokens))
+	jobs.GET("/stats", s.stats)
+	jobs.GET("/monitoring", s.monitoring)
 	jobs.POST("/jobs", s.limitBody, s.createJob)
 	jobs.POST("/jobs/batch", s.limitBody, s.createJobs)
 	jobs.GET("/jobs", s.searchJobs)
@@ -217,6 +238,7 @@ func (s *Server) routes() *gin.Engine {
 
 	admin := e.Group("/api/admin/dispatch", s.auth("admin", tokens(s.cfg.AdminToken)))
 	admin.POST("/credentials", s.limitBody, s.createCredentials)
+	admin.GET("/credentials", s.listCredentials)
 	admin.GET("/credentials/:id", s.getCredentials)
 	admin.DELETE("/credentials/:id", s.deleteCredentials)
 	admin.POST("/credentials/:id/rotate", s.limitBody, s.rotateCredentials)
@@ -249,4 +271,24 @@ func (s *Server) ready(c *gin.Context) {
 		checks["status"] = "DOWN"
 	}
 	c.JSON(status, checks)
+}
+
+// Route is one method and path the server serves, in OpenAPI's notation
+// ({id}, not :id).
+type Route struct{ Method, Path string }
+
+// Routes lists the routes the server serves (the OpenAPI test compares them
+// with the document).
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.engine.Routes() {
+		parts := strings.Split(r.Path, "/")
+		for i, p := range parts {
+			if len(p) > 1 && (p[0] == ':' || p[0] == '*') {
+				parts[i] = "{" + p[1:] + "}"
+			}
+		}
+		out = append(out, Route{Method: r.Method, Path: strings.Join(parts, "/")})
+	}
+	return out
 }

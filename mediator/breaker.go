@@ -87,3 +87,31 @@ func (b *Breakers) Allow(host string) (done func(failed bool), wait time.Duratio
 	}
 	return nil, wait, false
 }
+
+// OpenHost is a target host whose breaker is open until Until.
+type OpenHost struct {
+	Host  string
+	Until time.Time
+}
+
+// Open lists the hosts whose breakers are open now, for the console.
+func (b *Breakers) Open() []OpenHost {
+	if b == nil || b.failures == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	items := b.byHost.Items()
+	b.mu.Unlock()
+	var out []OpenHost
+	for host, it := range items {
+		hb := it.Object.(*hostBreaker)
+		if hb.cb.State() != gobreaker.StateOpen {
+			continue
+		}
+		hb.mu.Lock()
+		until := hb.openedAt.Add(b.open)
+		hb.mu.Unlock()
+		out = append(out, OpenHost{Host: host, Until: until})
+	}
+	return out
+}

@@ -109,3 +109,16 @@ func TestBreakerDisabled(t *testing.T) {
 		}
 	}
 }
+
+func TestBreakerOpenListsOpenHostsOnly(t *testing.T) {
+	b := mediator.NewBreakers(2, time.Minute)
+	fail(t, b, "down.example:443", 2)
+	fail(t, b, "flaky.example:443", 1)
+	open := b.Open()
+	if len(open) != 1 || open[0].Host != "down.example:443" {
+		t.Fatalf("Open() = %+v, want only down.example:443", open)
+	}
+	if left := time.Until(open[0].Until); left < 50*time.Second || left > time.Minute {
+		t.Errorf("open until %v from now, want about a minute", left)
+	}
+}

@@ -96,40 +96,68 @@ func (s *Store) invalidateCredentials(id int64) {
 func (s *Store) readCredentials(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, id int64, lock string) (dispatch.Credentials, error) {
-	var (
-		c              dispatch.Credentials
-		bearer, secret []byte
-		previous       [][]byte
-		expires        []time.Time
-	)
-	err := q.QueryRow(ctx, `
-		SELECT id, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
-			signature_scheme, created_at, updated_at
-		FROM dispatch_credentials WHERE id = $1 `+lock, id).Scan(&c.ID, &bearer, &secret, &previous,
-		&expires, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
+	c, err := s.scanCredentials(q.QueryRow(ctx, `SELECT `+credentialsColumns+`
+		FROM dispatch_credentials WHERE id = $1 `+lock, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, notFound("credentials", id)
 	}
 	if err != nil {
 		return c, fmt.Errorf("store: get credentials %d: %w", id, err)
 	}
-	if c.BearerToken, err = s.openOpt(id, "bearer_token", bearer); err != nil {
+	return c, nil
+}
+
+const credentialsColumns = `id, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
+	signature_scheme, created_at, updated_at`
+
+func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
+	var (
+		c              dispatch.Credentials
+		bearer, secret []byte
+		previous       [][]byte
+		expires        []time.Time
+	)
+	err := row.Scan(&c.ID, &bearer, &secret, &previous,
+		&expires, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
 		return c, err
 	}
-	if c.SigningSecret, err = s.openOpt(id, "signing_secret", secret); err != nil {
+	if c.BearerToken, err = s.openOpt(c.ID, "bearer_token", bearer); err != nil {
+		return c, err
+	}
+	if c.SigningSecret, err = s.openOpt(c.ID, "signing_secret", secret); err != nil {
 		return c, err
 	}
 	if len(previous) != len(expires) {
-		return c, fmt.Errorf("store: credentials %d: %d previous secrets but %d expiries", id, len(previous), len(expires))
+		return c, fmt.Errorf("store: credentials %d: %d previous secrets but %d expiries", c.ID, len(previous), len(expires))
 	}
 	for i, sealed := range previous {
-		p, err := s.openOpt(id, "previous_secret", sealed)
+		p, err := s.openOpt(c.ID, "previous_secret", sealed)
 		if err != nil {
 			return c, err
 		}
 		c.Previous = append(c.Previous, dispatch.PreviousSecret{Secret: p, ExpiresAt: expires[i]})
 	}
 	return c, nil
+}
+
+// ListCredentials returns one page of credentials, newest first, and the
+// total. Secrets are opened like GetCredentials'; callers show none.
+func (s *Store) ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error) {
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_credentials`).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("store: count credentials: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+credentialsColumns+` FROM dispatch_credentials
+		ORDER BY id DESC LIMIT $1 OFFSET $2`, size, page*size)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list credentials: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Credentials, error) { return s.scanCredentials(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list credentials: %w", err)
+	}
+	return out, total, nil
 }
 
 // DeleteCredentials removes credentials; jobs that refer to them fail with

@@ -335,14 +335,7 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 // redrives split the dead letters between them; the second answers only
 // with what it replayed itself, possibly nothing.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
-	where, args := filterWhere(f)
-	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
-		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
-	if where == "" {
-		where = " WHERE " + terminal
-	} else {
-		where += " AND " + terminal
-	}
+	where, args := replayableWhere(f)
 	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
 	var out dispatch.ReplayResult
@@ -408,4 +401,27 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
 	}
 	return out, nil
+}
+
+// replayableWhere selects the finished jobs matching f not replayed before:
+// running the same redrive twice does not deliver the same dead letters twice.
+func replayableWhere(f dispatch.JobFilter) (string, []any) {
+	where, args := filterWhere(f)
+	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
+	if where == "" {
+		return " WHERE " + terminal, args
+	}
+	return where + " AND " + terminal, args
+}
+
+// CountReplayable counts the jobs a ReplayJobs with f would replay (without
+// its limit): the dry run of a redrive.
+func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
+	where, args := replayableWhere(f)
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count replayable: %w", err)
+	}
+	return n, nil
 }

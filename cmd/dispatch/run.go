@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -292,6 +294,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	// In `all`, the router hands pointers to the processor in process unless
 	// DISPATCH_PROCESS_URL names an endpoint explicitly.
 	var local *mediator.Local
+	var inProcess atomic.Pointer[router.Router] // the router of `dispatch all`, for the console
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 		if err != nil {
@@ -309,8 +312,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
 			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
 		})
+		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
 		processor := mediator.NewProcessor(st, mediator.ProcessorConfig{
-			Sender: sender, Breakers: mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen),
+			Sender: sender, Breakers: breakers,
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
 		})
@@ -324,6 +328,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
 			Verifier: mediator.NewVerifier(st, sender, a.log),
+			Pools:    a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
@@ -346,6 +351,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if err != nil {
 			return err
 		}
+		inProcess.Store(rt)
 		routerHTTP, err := net.Listen("tcp", a.cfg.RouterAddr)
 		if err != nil {
 			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
@@ -392,4 +398,54 @@ func loopbackAddr(addr net.Addr) string {
 		}
 	}
 	return addr.String()
+}
+
+// routerPools is how the console sees the router's pools: in process for
+// `dispatch all`, else from the router's /monitoring/pools on this host's
+// DISPATCH_ROUTER_ADDR port (an error when it does not answer).
+func (a *app) routerPools(withRouter bool, inProcess *atomic.Pointer[router.Router]) func(context.Context) (json.RawMessage, error) {
+	if withRouter {
+		return func(context.Context) (json.RawMessage, error) {
+			rt := inProcess.Load()
+			if rt == nil {
+				return nil, errors.New("the router has not started")
+			}
+			return json.Marshal(rt.Stats())
+		}
+	}
+	_, port, err := net.SplitHostPort(a.cfg.RouterAddr)
+	if err != nil {
+		return nil
+	}
+	url := "http://" + net.JoinHostPort("127.0.0.1", port) + "/monitoring/pools"
+	return func(ctx context.Context) (json.RawMessage, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("router answered %s", resp.Status)
+		}
+		var doc json.RawMessage
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
+			return nil, err
+		}
+		return doc, nil
+	}
+}
+
+func openBreakers(b *mediator.Breakers) func() []api.OpenBreaker {
+	return func() []api.OpenBreaker {
+		open := b.Open()
+		out := make([]api.OpenBreaker, len(open))
+		for i, h := range open {
+			out[i] = api.OpenBreaker{Host: h.Host, OpenUntil: h.Until}
+		}
+		return out
+	}
 }

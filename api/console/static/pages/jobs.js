@@ -1,0 +1,251 @@
+import { h, clear, errorBox, empty, statusChip, fmtTime, ago, ms, toast, prettyPayload } from '../dom.js';
+import * as api from '../api.js';
+
+const statuses = ['PENDING', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'ERROR', 'CANCELLED', 'EXPIRED'];
+
+// filtersToQuery turns the form's state into the search API's query.
+function filtersToQuery(f) {
+  const q = new URLSearchParams();
+  if (f.status.length) q.set('status', f.status.join(','));
+  for (const k of ['source', 'type', 'groupId']) if (f[k]) q.set(k, f[k]);
+  for (const k of ['createdAfter', 'createdBefore']) if (f[k]) q.set(k, new Date(f[k] + 'Z').toISOString());
+  for (const [k, v] of f.metadata) q.set('metadata.' + k, v);
+  if (f.page) q.set('page', String(f.page));
+  return q;
+}
+
+function filtersFromParams(p) {
+  const f = { status: [], source: '', type: '', groupId: '', createdAfter: '', createdBefore: '', metadata: [], page: 0 };
+  if (p.get('status')) f.status = p.get('status').split(',');
+  for (const k of ['source', 'type', 'groupId']) f[k] = p.get(k) || '';
+  for (const k of ['createdAfter', 'createdBefore']) if (p.get(k)) f[k] = p.get(k).replace(/(\.\d+)?Z$/, '').slice(0, 16);
+  for (const [k, v] of p) if (k.startsWith('metadata.')) f.metadata.push([k.slice(9), v]);
+  f.page = Number(p.get('page') || 0);
+  return f;
+}
+
+function parseMetadata(text) {
+  const out = [];
+  for (const part of text.split(/[,\n]/)) {
+    const s = part.trim();
+    if (!s) continue;
+    const i = s.indexOf('=');
+    if (i > 0) out.push([s.slice(0, i).trim(), s.slice(i + 1).trim()]);
+  }
+  return out;
+}
+
+function jobsTable(items) {
+  return h('table', { class: 'table table-jobs', id: 'jobs-table' },
+    h('thead', {}, h('tr', {}, ['Job', 'Status', 'Source / type', 'Target', 'Attempts', 'Created', 'Last error'].map((c) => h('th', {}, c)))),
+    h('tbody', {}, items.map((j) => h('tr', { dataset: { id: j.id } },
+      h('td', {}, h('a', { href: '#/jobs/' + j.id, class: 'mono job-link' }, j.id)),
+      h('td', {}, statusChip(j.status)),
+      h('td', {}, h('div', {}, j.source), h('div', { class: 'muted small' }, j.type)),
+      h('td', { class: 'truncate', title: j.targetUrl }, j.targetUrl),
+      h('td', { class: 'num' }, `${j.attemptCount} / ${j.maxRetries}`),
+      h('td', { title: fmtTime(j.createdAt) }, ago(j.createdAt)),
+      h('td', { class: 'truncate error-text', title: j.lastError || '' }, j.lastError || '')))));
+}
+
+function pager(res, go) {
+  const { page, totalPages, totalItems } = res;
+  return h('div', { class: 'pager' },
+    h('span', { class: 'muted', id: 'jobs-count' }, `${totalItems.toLocaleString()} job${totalItems === 1 ? '' : 's'} · page ${totalPages ? page + 1 : 0} of ${totalPages}`),
+    h('button', { class: 'btn', disabled: page <= 0, onclick: () => go(page - 1) }, '← Newer'),
+    h('button', { class: 'btn', disabled: page + 1 >= totalPages, onclick: () => go(page + 1) }, 'Older →'));
+}
+
+export function jobsPage(main, params) {
+  const f = filtersFromParams(params);
+  const chips = h('div', { class: 'chips', role: 'group', 'aria-label': 'Status' }, statuses.map((s) => {
+    const on = f.status.includes(s);
+    return h('button', { type: 'button', class: 'chip-toggle chip-' + s.toLowerCase().replace('_', '-') + (on ? ' on' : ''), 'aria-pressed': String(on), dataset: { status: s },
+      onclick: (ev) => { ev.currentTarget.classList.toggle('on'); ev.currentTarget.setAttribute('aria-pressed', String(ev.currentTarget.classList.contains('on'))); submit(); } }, s);
+  }));
+  const field = (name, label, value, type = 'text', placeholder = '') => h('label', { class: 'field' }, h('span', {}, label),
+    h('input', { name, type, value, placeholder, id: 'f-' + name }));
+  const form = h('form', { class: 'filters card', id: 'job-filters' },
+    chips,
+    h('div', { class: 'filter-row' },
+      field('source', 'Source', f.source), field('type', 'Type', f.type), field('groupId', 'Group', f.groupId),
+      field('createdAfter', 'Created after (UTC)', f.createdAfter, 'datetime-local'),
+      field('createdBefore', 'Created before (UTC)', f.createdBefore, 'datetime-local')),
+    h('div', { class: 'filter-row' },
+      h('label', { class: 'field field-wide' }, h('span', {}, 'Metadata (key=value, comma-separated; all must match)'),
+        h('input', { name: 'metadata', id: 'f-metadata', value: f.metadata.map(([k, v]) => `${k}=${v}`).join(', '), placeholder: 'orderId=1234, tenant=acme' })),
+      h('div', { class: 'filter-actions' },
+        h('button', { type: 'submit', class: 'btn btn-primary', id: 'search' }, 'Search'),
+        h('button', { type: 'button', class: 'btn btn-ghost', onclick: () => { location.hash = '#/jobs'; } }, 'Clear'))));
+  const auto = h('input', { type: 'checkbox', id: 'auto-refresh', checked: true });
+  const results = h('div', { id: 'jobs-results' }, h('div', { class: 'loading' }, 'Loading…'));
+  clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Jobs'),
+    h('label', { class: 'toggle' }, auto, ' Auto-refresh every 5 s')), form, results);
+
+  function current(page = 0) {
+    const fd = new FormData(form);
+    return {
+      status: [...chips.querySelectorAll('.on')].map((b) => b.dataset.status),
+      source: fd.get('source').trim(), type: fd.get('type').trim(), groupId: fd.get('groupId').trim(),
+      createdAfter: fd.get('createdAfter'), createdBefore: fd.get('createdBefore'),
+      metadata: parseMetadata(fd.get('metadata')), page,
+    };
+  }
+  function submit(page = 0) {
+    const q = filtersToQuery(current(page)).toString();
+    const target = '#/jobs' + (q ? '?' + q : '');
+    if (location.hash === target) load(); else location.hash = target;
+  }
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); submit(); });
+
+  async function load() {
+    const q = filtersToQuery(f);
+    if (!q.has('size')) q.set('size', '25');
+    try {
+      const res = await api.get('/api/dispatch/jobs?' + q);
+      clear(results, res.items.length
+        ? h('div', { class: 'card card-flush' }, jobsTable(res.items), pager(res, submit))
+        : h('div', { class: 'card' }, empty('No jobs match these filters', 'Widen the filters or clear them.')));
+    } catch (e) {
+      clear(results, errorBox(e));
+    }
+  }
+  load();
+  const timer = setInterval(() => { if (auto.checked) load(); }, 5000);
+  return () => clearInterval(timer);
+}
+
+export function jobPage(main, id) {
+  clear(main, h('div', { class: 'loading' }, 'Loading…'));
+  let stopped = false;
+  async function load() {
+    let job, attempts;
+    try {
+      [job, attempts] = await Promise.all([api.get('/api/dispatch/jobs/' + encodeURIComponent(id)),
+        api.get('/api/dispatch/jobs/' + encodeURIComponent(id) + '/attempts')]);
+    } catch (e) {
+      clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id))), errorBox(e));
+      return;
+    }
+    if (stopped) return;
+    render(job, attempts);
+  }
+  function render(job, attempts) {
+    const actions = h('div', { class: 'actions' });
+    if (job.status === 'PENDING' || job.status === 'FAILED') {
+      actions.append(h('button', { class: 'btn btn-danger', id: 'cancel', onclick: () => act('cancel') }, 'Cancel job'));
+    }
+    if (['COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED'].includes(job.status)) {
+      actions.append(h('button', { class: 'btn btn-primary', id: 'replay', onclick: () => act('replay') }, 'Replay'));
+    }
+    const row = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '—' : v)];
+    const kv = (obj, id) => Object.keys(obj).length
+      ? h('table', { class: 'table table-kv', id }, h('tbody', {}, Object.entries(obj).map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v)))))
+      : h('div', { class: 'muted' }, 'none');
+    clear(main,
+      h('div', { class: 'page-head' },
+        h('div', {}, h('a', { href: '#/jobs', class: 'back' }, '← Jobs'),
+          h('h1', {}, 'Job ', h('span', { class: 'mono', id: 'job-id' }, job.id), ' ', statusChip(job.status))),
+        actions),
+      job.lastError ? h('div', { class: 'alert alert-warn', id: 'last-error' }, h('strong', {}, 'Last error: '), job.lastError) : null,
+      h('div', { class: 'grid-2' },
+        h('div', { class: 'card' }, h('h3', {}, 'Job'), h('dl', { class: 'fields' },
+          row('Source', job.source), row('Type', job.type), row('Target', h('span', { class: 'mono break' }, job.targetUrl)),
+          row('Group', job.groupId), row('External id', job.externalId),
+          row('Attempts', `${job.attemptCount} of ${job.maxRetries} (${job.retryStrategy})`),
+          row('Created', fmtTime(job.createdAt)), row('Updated', fmtTime(job.updatedAt)),
+          row('Scheduled for', job.scheduledFor && fmtTime(job.scheduledFor)), row('Expires', job.expiresAt && fmtTime(job.expiresAt)),
+          row('Next attempt', job.nextAttemptAt && fmtTime(job.nextAttemptAt)), row('Completed', job.completedAt && fmtTime(job.completedAt)),
+          row('Credentials', job.credentialsId), row('Idempotency key', job.idempotencyKey),
+          row('Replay of', job.replayOf && h('a', { href: '#/jobs/' + job.replayOf, class: 'mono' }, job.replayOf)))),
+        h('div', {},
+          h('div', { class: 'card' }, h('h3', {}, 'Metadata'), kv(job.metadata, 'job-metadata')),
+          h('div', { class: 'card' }, h('h3', {}, 'Headers'), kv(job.headers, 'job-headers')))),
+      h('div', { class: 'card' }, h('h3', {}, 'Payload ', h('span', { class: 'muted small' }, job.payloadContentType)),
+        h('pre', { class: 'code', id: 'payload' }, prettyPayload(job.payload))),
+      h('div', { class: 'card' }, h('h3', {}, `Attempts (${attempts.length})`), timeline(attempts)));
+  }
+  async function act(what) {
+    try {
+      const j = await api.post(`/api/dispatch/jobs/${encodeURIComponent(id)}/${what}`);
+      if (what === 'replay') {
+        toast(`Replayed as job ${j.id}`);
+        location.hash = '#/jobs/' + j.id;
+      } else {
+        toast('Job cancelled');
+        load();
+      }
+    } catch (e) {
+      main.prepend(errorBox(e));
+    }
+  }
+  load();
+  const timer = setInterval(load, 5000);
+  return () => { stopped = true; clearInterval(timer); };
+}
+
+function timeline(attempts) {
+  if (!attempts.length) return empty('No attempts yet', 'The job has not been delivered yet.');
+  return h('ol', { class: 'timeline', id: 'attempts' }, attempts.map((a) => h('li', { class: 'tl-item tl-' + a.status.toLowerCase().replace('_', '-') },
+    h('div', { class: 'tl-head' },
+      h('strong', {}, `#${a.attemptNumber}`), statusChip(a.status),
+      a.responseCode ? h('span', { class: 'code-badge' }, 'HTTP ' + a.responseCode) : null,
+      h('span', { class: 'muted' }, ms(a.durationMillis)),
+      h('span', { class: 'muted', title: a.attemptedAt }, fmtTime(a.attemptedAt))),
+    a.errorMessage ? h('div', { class: 'error-text attempt-error' }, a.errorMessage) : null,
+    a.responseBody ? h('pre', { class: 'code code-sm attempt-body' }, a.responseBody) : null)));
+}
+
+export function deadLettersPage(main) {
+  const results = h('div', { id: 'dead-results' }, h('div', { class: 'loading' }, 'Loading…'));
+  const panel = h('div', { id: 'redrive' });
+  const replayBtn = h('button', { class: 'btn btn-primary', id: 'bulk-replay', onclick: dryRun }, 'Replay dead letters…');
+  clear(main, h('div', { class: 'page-head' }, h('div', {}, h('h1', {}, 'Dead letters'),
+    h('div', { class: 'muted' }, 'Jobs in ERROR: retries exhausted or not retryable. Replaying creates new jobs; each dead letter is replayed once.')), replayBtn),
+  panel, results);
+
+  let deadTotal = 0;
+  async function dryRun() {
+    try {
+      const r = await api.post('/api/dispatch/jobs/replay?status=ERROR&dryRun=true');
+      if (!r.matched) {
+        clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' }, 'Nothing to replay: every dead letter has been replayed already.'));
+        return;
+      }
+      clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' },
+        h('strong', { id: 'dry-run-count' }, `${r.wouldReplay} dead letter${r.wouldReplay === 1 ? '' : 's'} will be replayed`),
+        r.matched > r.wouldReplay ? ` (${r.matched} match; one run replays at most ${r.wouldReplay}).` : '.',
+        deadTotal > r.matched ? ` ${deadTotal - r.matched} replayed before ${deadTotal - r.matched === 1 ? 'is' : 'are'} skipped.` : '',
+        ' ', h('button', { class: 'btn btn-primary', id: 'confirm-replay', onclick: replay }, `Replay ${r.wouldReplay}`),
+        ' ', h('button', { class: 'btn btn-ghost', onclick: () => clear(panel) }, 'Cancel')));
+    } catch (e) {
+      clear(panel, errorBox(e));
+    }
+  }
+  async function replay() {
+    try {
+      const r = await api.post('/api/dispatch/jobs/replay?status=ERROR');
+      clear(panel, h('div', { class: 'alert alert-ok', id: 'replayed' }, `Replayed ${r.replayed} dead letter${r.replayed === 1 ? '' : 's'} as new jobs.`));
+      toast(`Replayed ${r.replayed}`);
+      load();
+    } catch (e) {
+      clear(panel, errorBox(e));
+    }
+  }
+  async function load() {
+    try {
+      const res = await api.get('/api/dispatch/jobs?status=ERROR&size=50');
+      deadTotal = res.totalItems;
+      clear(results, res.items.length
+        ? h('div', { class: 'card card-flush' }, jobsTable(res.items),
+          h('div', { class: 'pager' }, h('span', { class: 'muted' }, `${res.totalItems} dead letters`),
+            res.totalPages > 1 ? h('a', { href: '#/jobs?status=ERROR', class: 'btn' }, 'All in Jobs →') : null))
+        : h('div', { class: 'card' }, empty('No dead letters', 'Every job has been delivered or is still being retried.')));
+    } catch (e) {
+      clear(results, errorBox(e));
+    }
+  }
+  load();
+  const timer = setInterval(load, 10000);
+  return () => clearInterval(timer);
+}

@@ -1,0 +1,119 @@
+import uPlot from '../vendor/uplot/uPlot.esm.js';
+import { h, clear, errorBox, empty, ms, fmtTime } from '../dom.js';
+import * as api from '../api.js';
+
+const outcomes = [
+  { key: 'success', label: 'Success', color: '#1f9d55' },
+  { key: 'failure', label: 'Failure', color: '#d97706' },
+  { key: 'timeout', label: 'Timeout', color: '#7c3aed' },
+  { key: 'networkError', label: 'Network error', color: '#dc2626' },
+  { key: 'blocked', label: 'Blocked', color: '#6b7280' },
+];
+
+function card(label, value, sub, id) {
+  return h('div', { class: 'card stat', id }, h('div', { class: 'stat-label' }, label),
+    h('div', { class: 'stat-value' }, value), h('div', { class: 'stat-sub' }, sub || ''));
+}
+
+function chart(el, title, series, data, yLabel) {
+  const box = h('div', { class: 'card chart' }, h('h3', {}, title));
+  el.append(box);
+  const width = Math.max(300, box.clientWidth - 34); // the card's inner width, once laid out
+  const opts = {
+    width, height: 220,
+    scales: { x: { time: true } },
+    axes: [{ stroke: '#6b7280', grid: { stroke: '#eef0f3' } },
+      { stroke: '#6b7280', grid: { stroke: '#eef0f3' }, label: yLabel, size: 60 }],
+    legend: { live: true },
+    series: [{}, ...series.map((x) => ({ points: { show: false }, ...x }))],
+  };
+  return new uPlot(opts, data, box);
+}
+
+export function overviewPage(main) {
+  const header = h('div', { class: 'page-head' }, h('h1', {}, 'Overview'),
+    h('span', { class: 'muted', id: 'overview-updated' }, 'Last hour, per minute'));
+  const body = h('div', { id: 'overview' }, h('div', { class: 'loading' }, 'Loading…'));
+  clear(main, header, body);
+  let plots = [];
+  let stopped = false;
+
+  async function load() {
+    let stats, dead, mon;
+    try {
+      [stats, dead, mon] = await Promise.all([
+        api.get('/api/dispatch/stats?window=1h&bucket=1m'),
+        api.get('/api/dispatch/jobs?status=ERROR&size=1'),
+        api.get('/api/dispatch/monitoring'),
+      ]);
+    } catch (e) {
+      clear(body, errorBox(e));
+      return;
+    }
+    if (stopped) return;
+    plots.forEach((p) => p.destroy());
+    plots = [];
+    const t = stats.totals;
+    const rate = t.successRate === null ? '—' : (t.successRate * 100).toFixed(1) + '%';
+    const cards = h('div', { class: 'cards' },
+      card('Deliveries', t.attempts.toLocaleString(), 'attempts in the last hour', 'card-attempts'),
+      card('Success rate', rate, `${t.success.toLocaleString()} succeeded`, 'card-success'),
+      card('Latency p50', ms(t.p50Millis), 'per attempt'),
+      card('Latency p99', ms(t.p99Millis), 'per attempt'),
+      h('a', { href: '#/dead-letters', class: 'card stat card-link', id: 'card-dead' },
+        h('div', { class: 'stat-label' }, 'Dead letters'),
+        h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, dead.totalItems.toLocaleString()),
+        h('div', { class: 'stat-sub' }, 'jobs in ERROR')));
+    const charts = h('div', { class: 'charts' });
+    clear(body, cards, charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)));
+    const xs = stats.buckets.map((b) => Date.parse(b.start) / 1000);
+    if (t.attempts === 0) {
+      charts.append(h('div', { class: 'card' }, empty('No deliveries in the last hour',
+        'Create a job with POST /api/dispatch/jobs and its attempts show here.')));
+    } else {
+      // Stacked bars: success at the bottom. Each series is drawn at its
+      // running total, tallest first, so the smaller ones paint over it;
+      // the legend shows each outcome's own count.
+      const raw = outcomes.map((o) => stats.buckets.map((b) => b[o.key]));
+      const stacked = raw.map((_, k) => stats.buckets.map((_, i) => raw.slice(0, k + 1).reduce((s, r) => s + r[i], 0)));
+      const order = outcomes.map((_, k) => k).reverse();
+      const bars = uPlot.paths.bars({ size: [0.7, 40] });
+      plots.push(chart(charts, 'Deliveries per minute by outcome',
+        order.map((k) => ({ label: outcomes[k].label, stroke: outcomes[k].color, fill: outcomes[k].color, width: 0, paths: bars,
+          value: (u, v, si, idx) => (idx === null || idx === undefined ? '—' : raw[k][idx]) })),
+        [xs, ...order.map((k) => stacked[k])], 'attempts'));
+      plots.push(chart(charts, 'Delivery latency',
+        [{ label: 'p50', stroke: '#2563eb', width: 2, value: (u, v) => ms(v), points: { show: true, size: 5 } },
+          { label: 'p99', stroke: '#db2777', width: 2, value: (u, v) => ms(v), points: { show: true, size: 5 } }],
+        [xs, stats.buckets.map((b) => b.p50Millis), stats.buckets.map((b) => b.p99Millis)], 'ms'));
+    }
+    document.getElementById('overview-updated').textContent = 'Last hour, per minute · updated ' + new Date().toLocaleTimeString();
+  }
+
+  load();
+  const timer = setInterval(load, 15000);
+  return () => { stopped = true; clearInterval(timer); plots.forEach((p) => p.destroy()); };
+}
+
+function poolsCard(mon) {
+  const title = h('h3', {}, 'Pools');
+  if (!mon.pools) return h('div', { class: 'card', id: 'pools' }, title, empty('Router not reachable', mon.poolsError || ''));
+  if (!mon.pools.length) return h('div', { class: 'card', id: 'pools' }, title, empty('No pools'));
+  return h('div', { class: 'card', id: 'pools' }, title,
+    h('table', { class: 'table' },
+      h('thead', {}, h('tr', {}, ['Pool', 'In flight', 'Buffered', 'Succeeded', 'Retried', 'Failed', 'Avg'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, mon.pools.map((p) => h('tr', {},
+        h('td', {}, h('code', {}, p.code)),
+        h('td', {}, h('div', { class: 'meter' }, h('progress', { max: p.concurrency, value: p.inFlight }), ` ${p.inFlight} / ${p.concurrency}`)),
+        h('td', {}, p.buffered), h('td', {}, p.succeeded.toLocaleString()), h('td', {}, p.retried.toLocaleString()),
+        h('td', {}, p.failed.toLocaleString()), h('td', { class: 'nowrap' }, ms(p.avgMediationMillis)))))));
+}
+
+function breakersCard(mon) {
+  const title = h('h3', {}, 'Open circuit breakers');
+  if (!mon.breakers.length) return h('div', { class: 'card', id: 'breakers' }, title, empty('All targets closed', 'No target host is being held back.'));
+  return h('div', { class: 'card', id: 'breakers' }, title,
+    h('table', { class: 'table' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Host'), h('th', {}, 'Open until'))),
+      h('tbody', {}, mon.breakers.map((b) => h('tr', {}, h('td', {}, h('code', {}, b.host)), h('td', {}, fmtTime(b.openUntil)))))));
+}

@@ -1,0 +1,297 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api"
+)
+
+func cookie(c *http.Cookie) reqOption { return func(r *http.Request) { r.AddCookie(c) } }
+
+func header(k, v string) reqOption { return func(r *http.Request) { r.Header.Set(k, v) } }
+
+func TestStatsCountsAttemptsByOutcome(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ok1, ok2, bad := f.createJob(t), f.createJob(t), f.createJob(t)
+	f.runAttempt(t, ok1.ID, dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+	f.runAttempt(t, ok2.ID, dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+	f.runAttempt(t, bad.ID, dispatch.AttemptFailure, 410, dispatch.Transition{Status: dispatch.StatusError, LastError: "HTTP 410"})
+
+	var s struct {
+		Window  string `json:"window"`
+		Bucket  string `json:"bucket"`
+		Buckets []struct {
+			Attempts int `json:"attempts"`
+		} `json:"buckets"`
+		Totals struct {
+			Attempts    int      `json:"attempts"`
+			Success     int      `json:"success"`
+			Failure     int      `json:"failure"`
+			SuccessRate *float64 `json:"successRate"`
+			P50Millis   *float64 `json:"p50Millis"`
+		} `json:"totals"`
+	}
+	f.do(t, "GET", "/api/dispatch/stats?window=1h&bucket=1m", "").want(t, http.StatusOK).decode(t, &s)
+	if len(s.Buckets) != 60 || s.Buckets[59].Attempts != 3 {
+		t.Errorf("%d buckets, the last with %d attempts; want 60, the last with 3", len(s.Buckets), s.Buckets[len(s.Buckets)-1].Attempts)
+	}
+	if s.Totals.Attempts != 3 || s.Totals.Success != 2 || s.Totals.Failure != 1 {
+		t.Errorf("totals = %+v, want 3 attempts: 2 successes, 1 failure", s.Totals)
+	}
+	if s.Totals.SuccessRate == nil || *s.Totals.SuccessRate < 0.66 || *s.Totals.SuccessRate > 0.67 {
+		t.Errorf("success rate = %v, want 2/3", s.Totals.SuccessRate)
+	}
+	if s.Totals.P50Millis == nil || *s.Totals.P50Millis != 15 {
+		t.Errorf("p50 = %v, want 15 ms (every attempt took 15 ms)", s.Totals.P50Millis)
+	}
+
+	fields := f.do(t, "GET", "/api/dispatch/stats?window=forever&bucket=7m&x=1", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	slices.Sort(fields)
+	if !slices.Equal(fields, []string{"bucket", "window", "x"}) {
+		t.Errorf("bad stats query names %v, want bucket, window and x", fields)
+	}
+}
+
+func TestBulkReplayDryRunCountsAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for range 3 {
+		j := f.createJob(t, "source", "billing")
+		f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "").want(t, http.StatusOK)
+	}
+	before := f.countJobs(t)
+	var dry struct {
+		DryRun      bool  `json:"dryRun"`
+		Matched     int   `json:"matched"`
+		WouldReplay int   `json:"wouldReplay"`
+		Replayed    int   `json:"replayed"`
+		Items       []job `json:"items"`
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&limit=2&dryRun=true", "").want(t, http.StatusOK).decode(t, &dry)
+	if !dry.DryRun || dry.Matched != 3 || dry.WouldReplay != 2 || dry.Replayed != 0 || len(dry.Items) != 0 {
+		t.Errorf("dry run = %+v, want 3 matched, 2 would be replayed (limit), none replayed", dry)
+	}
+	if n := f.countJobs(t); n != before {
+		t.Errorf("the dry run created %d jobs", n-before)
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&limit=2", "").want(t, http.StatusOK)
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=true", "").want(t, http.StatusOK).decode(t, &dry)
+	if dry.Matched != 1 {
+		t.Errorf("after replaying 2 of 3, the dry run matches %d, want 1", dry.Matched)
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=maybe", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+}
+
+func TestListCredentialsShowsNoSecrets(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const path = "/api/admin/dispatch/credentials"
+	var created []string
+	for range 3 {
+		var c struct{ ID, SigningSecret string }
+		f.do(t, "POST", path, `{"bearerToken":"receiver-token-1"}`).want(t, http.StatusCreated).decode(t, &c)
+		created = append(created, c.ID)
+	}
+	r := f.do(t, "GET", path+"?size=2", "").want(t, http.StatusOK)
+	if strings.Contains(string(r.body), "receiver-token-1") || strings.Contains(string(r.body), "signingSecret") {
+		t.Fatalf("the list shows a secret: %s", r.body)
+	}
+	var page struct {
+		Items []struct {
+			ID             string `json:"id"`
+			HasBearerToken bool   `json:"hasBearerToken"`
+		} `json:"items"`
+		TotalItems int `json:"totalItems"`
+		TotalPages int `json:"totalPages"`
+	}
+	r.decode(t, &page)
+	if page.TotalItems != 3 || page.TotalPages != 2 || len(page.Items) != 2 || page.Items[0].ID != created[2] || !page.Items[0].HasBearerToken {
+		t.Errorf("page = %+v, want the 2 newest of 3", page)
+	}
+	f.do(t, "GET", path+"?status=ERROR", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+}
+
+// signIn logs in to the console and returns the session cookie and CSRF token.
+func (f *fixture) signIn(t *testing.T) (*http.Cookie, string) {
+	t.Helper()
+	r := f.do(t, "POST", "/api/console/login", `{"token":"`+adminToken+`"}`, bearer("")).want(t, http.StatusOK)
+	var s struct {
+		CSRFToken string `json:"csrfToken"`
+	}
+	r.decode(t, &s)
+	cookies := (&http.Response{Header: r.header}).Cookies()
+	if len(cookies) != 1 || s.CSRFToken == "" {
+		t.Fatalf("login set cookies %v and csrf %q", cookies, s.CSRFToken)
+	}
+	return cookies[0], s.CSRFToken
+}
+
+func TestConsoleSessionAndCSRF(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.do(t, "POST", "/api/console/login", `{"token":"`+apiToken+`"}`, bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+	f.do(t, "GET", "/api/console/session", "", bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+
+	c, csrf := f.signIn(t)
+	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		t.Errorf("session cookie %+v, want HttpOnly, SameSite=Strict, Path=/", c)
+	}
+	var s struct {
+		CSRFToken string `json:"csrfToken"`
+	}
+	f.do(t, "GET", "/api/console/session", "", bearer(""), cookie(c)).want(t, http.StatusOK).decode(t, &s)
+	if s.CSRFToken != csrf {
+		t.Errorf("the session's CSRF token changed")
+	}
+
+	// Reads need the cookie only; on both the API and the admin routes.
+	j := f.createJob(t)
+	f.do(t, "GET", "/api/dispatch/jobs/"+j.ID, "", bearer(""), cookie(c)).want(t, http.StatusOK)
+	f.do(t, "GET", "/api/admin/dispatch/credentials", "", bearer(""), cookie(c)).want(t, http.StatusOK)
+	// State changes need the CSRF token too.
+	f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "", bearer(""), cookie(c)).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+	f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "", bearer(""), cookie(c), header("X-CSRF-Token", csrf+"x")).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+	f.do(t, "POST", "/api/admin/dispatch/credentials", `{}`, bearer(""), cookie(c)).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+	if got := f.do(t, "GET", "/api/dispatch/jobs/"+j.ID, "").object(t)["status"]; got != "PENDING" {
+		t.Fatalf("a refused cancel changed the job to %v", got)
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "", bearer(""), cookie(c), header("X-CSRF-Token", csrf)).want(t, http.StatusOK)
+	// The session is no key to the internal processing endpoint.
+	f.do(t, "POST", "/api/dispatch/process", `{"id":"1"}`, bearer(""), cookie(c), header("X-CSRF-Token", csrf)).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+	// A made-up session is refused.
+	f.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(&http.Cookie{Name: c.Name, Value: "forged"})).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+
+	// Logout needs the CSRF token, then ends the session on the server.
+	f.do(t, "POST", "/api/console/logout", "", bearer(""), cookie(c)).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+	f.do(t, "POST", "/api/console/logout", "", bearer(""), cookie(c), header("X-CSRF-Token", csrf)).want(t, http.StatusNoContent)
+	f.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+}
+
+func TestConsoleLoginWithoutAdminToken(t *testing.T) {
+	t.Parallel()
+	// Not insecure: no admin token means no console.
+	f := setup(t, withConfig(func(c *api.Config) { c.AdminToken = "" }))
+	f.do(t, "POST", "/api/console/login", `{"token":""}`, bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+	// Insecure (make run): any token opens it, and the page says so.
+	g := setup(t, withConfig(func(c *api.Config) { c.AdminToken, c.Insecure = "", true }))
+	var e apiError
+	g.do(t, "GET", "/api/console/session", "", bearer("")).want(t, http.StatusUnauthorized).decode(t, &e)
+	if !strings.Contains(e.Error.Message, "any token signs in") {
+		t.Errorf("the sign-in page is not told that any token works: %q", e.Error.Message)
+	}
+	var s struct {
+		Insecure bool `json:"insecure"`
+	}
+	g.do(t, "POST", "/api/console/login", `{"token":"anything"}`, bearer("")).want(t, http.StatusOK).decode(t, &s)
+	if !s.Insecure {
+		t.Error("an insecure console session does not say so")
+	}
+}
+
+var (
+	scriptTag   = regexp.MustCompile(`(?is)<script[^>]*>`)
+	inlineStyle = regexp.MustCompile(`(?is)\son[a-z]+=|\sstyle=|<style`)
+)
+
+func TestConsoleIsServedWithStrictHeaders(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.do(t, "GET", "/console/", "", bearer("")).want(t, http.StatusOK)
+	csp := r.header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP allows something unsafe: %q", csp)
+	}
+	if r.header.Get("Cache-Control") != "no-cache" {
+		t.Errorf("the page is cached: %q", r.header.Get("Cache-Control"))
+	}
+	for _, tag := range scriptTag.FindAllString(string(r.body), -1) {
+		if !strings.Contains(tag, " src=") {
+			t.Errorf("the page has an inline script: %q", tag)
+		}
+	}
+	if m := inlineStyle.FindString(string(r.body)); m != "" {
+		t.Errorf("the page has an inline handler or style: %q", m)
+	}
+	assets := regexp.MustCompile(`(?:href|src)="(/console/static/[^"]+)"`).FindAllStringSubmatch(string(r.body), -1)
+	if len(assets) < 3 {
+		t.Fatalf("the page links %d assets", len(assets))
+	}
+	for _, a := range assets {
+		ar := f.do(t, "GET", a[1], "", bearer("")).want(t, http.StatusOK)
+		if cc := ar.header.Get("Cache-Control"); !strings.Contains(cc, "max-age=31536000") || !strings.Contains(cc, "immutable") {
+			t.Errorf("%s: Cache-Control %q, want a year, immutable", a[1], cc)
+		}
+	}
+	stale := regexp.MustCompile(`/console/static/[^/]+/`).ReplaceAllString(assets[0][1], "/console/static/oldbuild/")
+	f.do(t, "GET", stale, "", bearer("")).errorCode(t, http.StatusNotFound, dispatch.ENotFound)
+	f.do(t, "GET", "/console/static/x/../../api/openapi.json", "", bearer("")).want(t, http.StatusNotFound)
+}
+
+// TestConsoleScriptsNeverParseMarkup keeps the console's own code from
+// turning outside data into markup: no innerHTML and friends, no eval.
+func TestConsoleScriptsNeverParseMarkup(t *testing.T) {
+	banned := regexp.MustCompile(`innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function\(|setAttribute\(\s*['"]on`)
+	err := fs.WalkDir(api.ConsoleFiles, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") || strings.Contains(p, "/vendor/") {
+			return err
+		}
+		b, err := fs.ReadFile(api.ConsoleFiles, p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := banned.FindString(line); m != "" {
+				t.Errorf("%s:%d uses %s", p, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMonitoringShowsPoolsAndOpenBreakers(t *testing.T) {
+	t.Parallel()
+	until := time.Now().Add(30 * time.Second)
+	f := setup(t, withConfig(func(c *api.Config) {
+		c.Pools = func(context.Context) (json.RawMessage, error) {
+			return json.RawMessage(`[{"code":"DISPATCH-POOL","concurrency":20,"inFlight":3,"buffered":1,"succeeded":10,"retried":2,"failed":1,"rateLimited":0,"avgMediationMillis":12.5}]`), nil
+		}
+		c.Breakers = func() []api.OpenBreaker { return []api.OpenBreaker{{Host: "down.example:443", OpenUntil: until}} }
+	}))
+	var m struct {
+		Pools []struct {
+			Code     string `json:"code"`
+			InFlight int    `json:"inFlight"`
+		} `json:"pools"`
+		Breakers []struct {
+			Host string `json:"host"`
+		} `json:"breakers"`
+	}
+	f.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).decode(t, &m)
+	if len(m.Pools) != 1 || m.Pools[0].InFlight != 3 || len(m.Breakers) != 1 || m.Breakers[0].Host != "down.example:443" {
+		t.Errorf("monitoring = %+v", m)
+	}
+
+	g := setup(t) // an API with no router known
+	r := g.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).object(t)
+	if r["pools"] != nil || r["poolsError"] == "" {
+		t.Errorf("without a router: %v, want pools null and a reason", r)
+	}
+}

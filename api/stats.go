@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+const (
+	defaultStatsWindow = time.Hour
+	defaultStatsBucket = time.Minute
+	maxStatsWindow     = 24 * time.Hour
+	minStatsBucket     = 10 * time.Second
+	maxStatsBuckets    = 1440
+)
+
+type statsBucketView struct {
+	Start        string   `json:"start"`
+	Attempts     int64    `json:"attempts"`
+	Success      int64    `json:"success"`
+	Failure      int64    `json:"failure"`
+	Timeout      int64    `json:"timeout"`
+	NetworkError int64    `json:"networkError"`
+	Blocked      int64    `json:"blocked"`
+	P50Millis    *float64 `json:"p50Millis"`
+	P99Millis    *float64 `json:"p99Millis"`
+}
+
+func viewStatsBucket(b dispatch.StatsBucket) statsBucketView {
+	return statsBucketView{Start: fmtTime(b.Start), Attempts: b.Attempts(), Success: b.Success, Failure: b.Failure,
+		Timeout: b.Timeout, NetworkError: b.NetworkError, Blocked: b.Blocked, P50Millis: b.P50Millis, P99Millis: b.P99Millis}
+}
+
+type statsTotalView struct {
+	statsBucketView
+	// SuccessRate is successes / attempts (nil with no attempts).
+	SuccessRate *float64 `json:"successRate"`
+}
+
+type statsView struct {
+	From    string            `json:"from"`
+	To      string            `json:"to"`
+	Window  string            `json:"window"`
+	Bucket  string            `json:"bucket"`
+	Totals  statsTotalView    `json:"totals"`
+	Buckets []statsBucketView `json:"buckets"`
+}
+
+// stats answers the Overview's series: delivery attempts by outcome and
+// latency percentiles per bucket over a window (SPEC §11).
+func (s *Server) stats(c *gin.Context) {
+	window, bucket, err := parseStatsQuery(c.Request.URL.Query())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	st, err := s.store.Stats(c.Request.Context(), s.now(), window, bucket)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := statsView{From: fmtTime(st.From), To: fmtTime(st.To), Window: window.String(), Bucket: bucket.String(),
+		Totals: statsTotalView{statsBucketView: viewStatsBucket(st.Total)}, Buckets: make([]statsBucketView, len(st.Buckets))}
+	if n := st.Total.Attempts(); n > 0 {
+		rate := float64(st.Total.Success) / float64(n)
+		v.Totals.SuccessRate = &rate
+	}
+	for i, b := range st.Buckets {
+		v.Buckets[i] = viewStatsBucket(b)
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+func parseStatsQuery(q map[string][]string) (time.Duration, time.Duration, error) {
+	var p dispatch.Problems
+	for key := range q {
+		if key != "window" && key != "bucket" {
+			p.Add(key, "unknown query parameter")
+		}
+	}
+	dur := func(name string, def, min, max time.Duration) time.Duration {
+		vals := q[name]
+		if len(vals) == 0 || vals[0] == "" {
+			return def
+		}
+		d, err := time.ParseDuration(vals[0])
+		if err != nil || d < min || d > max {
+			p.Add(name, "must be a duration from %s to %s, such as %s", min, max, def)
+			return def
+		}
+		return d
+	}
+	window := dur("window", defaultStatsWindow, time.Minute, maxStatsWindow)
+	bucket := dur("bucket", defaultStatsBucket, minStatsBucket, time.Hour)
+	switch {
+	case time.Hour%bucket != 0:
+		p.Add("bucket", "must divide an hour evenly (10s, 30s, 1m, 5m, 15m, 1h)")
+	case bucket > window:
+		p.Add("bucket", "must not be longer than the window")
+	case window%bucket != 0:
+		p.Add("bucket", "must divide the window evenly")
+	case window/bucket > maxStatsBuckets:
+		p.Add("bucket", "gives more than %d buckets for the window", maxStatsBuckets)
+	}
+	return window, bucket, p.Err()
+}
+
+// OpenBreaker is a target host whose circuit breaker is open.
+type OpenBreaker struct {
+	Host      string    `json:"host"`
+	OpenUntil time.Time `json:"-"`
+}
+
+type monitoringView struct {
+	Pools      json.RawMessage `json:"pools"`
+	PoolsError string          `json:"poolsError,omitempty"`
+	Breakers   []breakerView   `json:"breakers"`
+}
+
+type breakerView struct {
+	Host      string `json:"host"`
+	OpenUntil string `json:"openUntil"`
+}
+
+// monitoring answers the router's pools (when it can be reached) and the
+// circuit breakers open in this process.
+func (s *Server) monitoring(c *gin.Context) {
+	v := monitoringView{Pools: json.RawMessage("null"), Breakers: []breakerView{}}
+	if s.cfg.Pools == nil {
+		v.PoolsError = "no router is configured for this API"
+	} else {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+		pools, err := s.cfg.Pools(ctx)
+		cancel()
+		if err != nil {
+			s.log.Debug("router pools unavailable", "err", err)
+			v.PoolsError = "the router's /monitoring/pools could not be reached"
+		} else {
+			v.Pools = pools
+		}
+	}
+	if s.cfg.Breakers != nil {
+		for _, b := range s.cfg.Breakers() {
+			v.Breakers = append(v.Breakers, breakerView{Host: b.Host, OpenUntil: fmtTime(b.OpenUntil)})
+		}
+	}
+	c.JSON(http.StatusOK, v)
+}

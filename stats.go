@@ -1,0 +1,30 @@
+package dispatch
+
+import "time"
+
+// StatsBucket is one time bucket of delivery attempts: how many ended in
+// each outcome and the latency percentiles of all of them (nil when the
+// bucket is empty).
+type StatsBucket struct {
+	Start        time.Time
+	Success      int64
+	Failure      int64
+	Timeout      int64
+	NetworkError int64
+	Blocked      int64
+	P50Millis    *float64
+	P99Millis    *float64
+}
+
+// Attempts is the number of attempts in the bucket.
+func (b StatsBucket) Attempts() int64 {
+	return b.Success + b.Failure + b.Timeout + b.NetworkError + b.Blocked
+}
+
+// Stats are delivery attempts over a window, per bucket and in total.
+type Stats struct {
+	From, To time.Time
+	Bucket   time.Duration
+	Buckets  []StatsBucket // every bucket from From to To, empty ones included
+	Total    StatsBucket   // the whole window (Start = From)
+}
