@@ -51,13 +51,10 @@ type sendResult struct {
 
 func (s *Server) sendMessage(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
+		queueRef
 		sendEntry
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -68,13 +65,10 @@ func (s *Server) sendMessage(_ *http.Request, body []byte) (any, error) {
 
 func (s *Server) sendMessageBatch(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
-		Entries  []sendEntry
+		queueRef
+		Entries []sendEntry
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +183,7 @@ func (q *queue) send(e sendEntry, now time.Time) (sendResult, error) {
 }
 
 type receiveInput struct {
-	QueueUrl                    string
+	queueRef
 	MaxNumberOfMessages         *int
 	WaitTimeSeconds             *int
 	VisibilityTimeout           *int
@@ -211,10 +205,7 @@ type receivedMessage struct {
 
 func (s *Server) receiveMessage(r *http.Request, body []byte) (any, error) {
 	var in receiveInput
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -365,13 +356,10 @@ func (q *queue) render(m *message, sys, names []string) receivedMessage {
 
 func (s *Server) deleteMessage(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl      string
+		queueRef
 		ReceiptHandle string
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -382,36 +370,15 @@ func (s *Server) deleteMessage(_ *http.Request, body []byte) (any, error) {
 
 func (s *Server) deleteMessageBatch(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
-		Entries  []struct{ Id, ReceiptHandle string }
+		queueRef
+		Entries []deleteEntry
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(in.Entries))
-	for i, e := range in.Entries {
-		ids[i] = e.Id
-	}
-	if err := checkBatch(ids); err != nil {
-		return nil, err
-	}
-	type ok struct{ Id string }
-	out := batchResult[ok]{Successful: []ok{}, Failed: []batchFailure{}}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := s.now()
-	for _, e := range in.Entries {
-		if err := q.delete(e.ReceiptHandle, now); err != nil {
-			out.fail(e.Id, err)
-			continue
-		}
-		out.Successful = append(out.Successful, ok{e.Id})
-	}
-	return out, nil
+	return perEntry(q, in.Entries, func(e deleteEntry) string { return e.Id },
+		func(e deleteEntry, now time.Time) error { return q.delete(e.ReceiptHandle, now) }, s.now)
 }
 
 // delete removes the message a receipt handle names. As in SQS, a handle
@@ -433,14 +400,11 @@ func (q *queue) delete(handle string, now time.Time) error {
 
 func (s *Server) changeMessageVisibility(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl          string
+		queueRef
 		ReceiptHandle     string
 		VisibilityTimeout *int
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -451,40 +415,17 @@ func (s *Server) changeMessageVisibility(_ *http.Request, body []byte) (any, err
 
 func (s *Server) changeMessageVisibilityBatch(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
-		Entries  []struct {
-			Id                string
-			ReceiptHandle     string
-			VisibilityTimeout *int
-		}
+		queueRef
+		Entries []visibilityEntry
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(in.Entries))
-	for i, e := range in.Entries {
-		ids[i] = e.Id
-	}
-	if err := checkBatch(ids); err != nil {
-		return nil, err
-	}
-	type ok struct{ Id string }
-	out := batchResult[ok]{Successful: []ok{}, Failed: []batchFailure{}}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := s.now()
-	for _, e := range in.Entries {
-		if err := q.changeVisibility(e.ReceiptHandle, e.VisibilityTimeout, now); err != nil {
-			out.fail(e.Id, err)
-			continue
-		}
-		out.Successful = append(out.Successful, ok{e.Id})
-	}
-	return out, nil
+	return perEntry(q, in.Entries, func(e visibilityEntry) string { return e.Id },
+		func(e visibilityEntry, now time.Time) error {
+			return q.changeVisibility(e.ReceiptHandle, e.VisibilityTimeout, now)
+		}, s.now)
 }
 
 // changeVisibility sets an in-flight message's visibility timeout, counted
@@ -517,6 +458,39 @@ func (q *queue) changeVisibility(handle string, timeout *int, now time.Time) err
 }
 
 // Batches.
+
+type deleteEntry struct{ Id, ReceiptHandle string }
+
+type visibilityEntry struct {
+	Id                string
+	ReceiptHandle     string
+	VisibilityTimeout *int
+}
+
+// perEntry runs do for each entry of a batch under the queue's lock and
+// reports each entry's outcome, as SQS's batch calls do.
+func perEntry[E any](q *queue, entries []E, id func(E) string, do func(E, time.Time) error, now func() time.Time) (any, error) {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = id(e)
+	}
+	if err := checkBatch(ids); err != nil {
+		return nil, err
+	}
+	type ok struct{ Id string }
+	out := batchResult[ok]{Successful: []ok{}, Failed: []batchFailure{}}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := now()
+	for _, e := range entries {
+		if err := do(e, t); err != nil {
+			out.fail(id(e), err)
+			continue
+		}
+		out.Successful = append(out.Successful, ok{id(e)})
+	}
+	return out, nil
+}
 
 type batchFailure struct {
 	Id          string

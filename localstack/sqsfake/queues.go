@@ -138,14 +138,9 @@ func (s *Server) getQueueURL(r *http.Request, body []byte) (any, error) {
 	return map[string]string{"QueueUrl": queueURL(r, q.name)}, nil
 }
 
-type queueURLInput struct{ QueueUrl string }
-
 func (s *Server) deleteQueue(_ *http.Request, body []byte) (any, error) {
-	var in queueURLInput
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	var in queueRef
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +195,8 @@ func (s *Server) listQueues(r *http.Request, body []byte) (any, error) {
 }
 
 func (s *Server) purgeQueue(_ *http.Request, body []byte) (any, error) {
-	var in queueURLInput
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	var in queueRef
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -214,13 +206,10 @@ func (s *Server) purgeQueue(_ *http.Request, body []byte) (any, error) {
 
 func (s *Server) getQueueAttributes(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl       string
+		queueRef
 		AttributeNames []string
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -256,13 +245,10 @@ var knownQueueAttributes = map[string]struct{}{
 
 func (s *Server) setQueueAttributes(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl   string
+		queueRef
 		Attributes map[string]string
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -275,13 +261,10 @@ func (s *Server) setQueueAttributes(_ *http.Request, body []byte) (any, error) {
 
 func (s *Server) tagQueue(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
-		Tags     map[string]string
+		queueRef
+		Tags map[string]string
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -293,13 +276,10 @@ func (s *Server) tagQueue(_ *http.Request, body []byte) (any, error) {
 
 func (s *Server) untagQueue(_ *http.Request, body []byte) (any, error) {
 	var in struct {
-		QueueUrl string
-		TagKeys  []string
+		queueRef
+		TagKeys []string
 	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}
@@ -312,11 +292,8 @@ func (s *Server) untagQueue(_ *http.Request, body []byte) (any, error) {
 }
 
 func (s *Server) listQueueTags(_ *http.Request, body []byte) (any, error) {
-	var in queueURLInput
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	q, err := s.lookup(in.QueueUrl)
+	var in queueRef
+	q, err := s.open(body, &in)
 	if err != nil {
 		return nil, err
 	}

@@ -227,6 +227,19 @@ func queueURL(r *http.Request, name string) string {
 	return scheme + "://" + host + "/" + AccountID + "/" + name
 }
 
+// queueRef is the QueueUrl every queue operation's input carries.
+type queueRef struct{ QueueUrl string }
+
+func (r *queueRef) queueURL() string { return r.QueueUrl }
+
+// open decodes a request whose input names a queue and finds that queue.
+func (s *Server) open(body []byte, in interface{ queueURL() string }) (*queue, error) {
+	if err := decode(body, in); err != nil {
+		return nil, err
+	}
+	return s.lookup(in.queueURL())
+}
+
 // lookup finds the queue a QueueUrl names. Only the last path segment
 // counts, so a URL stays valid whatever host name the client used.
 func (s *Server) lookup(url string) (*queue, error) {
