@@ -29,10 +29,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
+
+// forBatches calls fn on successive [from, to) ranges of n items, 100 at a
+// time, at most four at once, and returns when all are done.
+func forBatches(n int, fn func(from, to int)) {
+	var g errgroup.Group
+	g.SetLimit(4)
+	for b := 0; b < n; b += 100 {
+		g.Go(func() error {
+			fn(b, min(b+100, n))
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -188,49 +203,40 @@ func TestScaleChaos(t *testing.T) {
 		defer close(created)
 		client := &http.Client{Timeout: 30 * time.Second}
 		for r := range rounds {
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 4)
-			for b := 0; b < groups; b += 100 {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func(b int) {
-					defer wg.Done()
-					defer func() { <-sem }()
-					var batch []map[string]any
-					for g := b; g < min(b+100, groups); g++ {
-						batch = append(batch, map[string]any{
-							"source": "scale", "type": "scale.test", "targetUrl": rc.URL,
-							"payload": fmt.Sprintf(`{"g":%d,"r":%d}`, g, r), "groupId": fmt.Sprintf("grp-%d", g),
-							"idempotencyKey": fmt.Sprintf("s-%d-%d", g, r),
-						})
-					}
-					body, _ := json.Marshal(map[string]any{"jobs": batch})
-					deadline := time.Now().Add(3 * time.Minute)
-					for try := 0; time.Now().Before(deadline); try++ {
-						port := apiPorts[(b/100+try)%2]
-						req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/api/dispatch/jobs/batch", port), strings.NewReader(string(body)))
-						req.Header.Set("Content-Type", "application/json")
-						req.Header.Set("Authorization", "Bearer "+apiToken)
-						resp, err := client.Do(req)
-						if err == nil {
-							var out struct{ Results []struct{ Status int } }
-							_ = json.NewDecoder(resp.Body).Decode(&out)
-							resp.Body.Close()
-							ok := resp.StatusCode == http.StatusOK && len(out.Results) == len(batch)
-							for _, res := range out.Results {
-								ok = ok && (res.Status == http.StatusCreated || res.Status == http.StatusOK)
-							}
-							if ok {
-								return
-							}
+			forBatches(groups, func(b, end int) {
+				var batch []map[string]any
+				for g := b; g < end; g++ {
+					batch = append(batch, map[string]any{
+						"source": "scale", "type": "scale.test", "targetUrl": rc.URL,
+						"payload": fmt.Sprintf(`{"g":%d,"r":%d}`, g, r), "groupId": fmt.Sprintf("grp-%d", g),
+						"idempotencyKey": fmt.Sprintf("s-%d-%d", g, r),
+					})
+				}
+				body, _ := json.Marshal(map[string]any{"jobs": batch})
+				deadline := time.Now().Add(3 * time.Minute)
+				for try := 0; time.Now().Before(deadline); try++ {
+					port := apiPorts[(b/100+try)%2]
+					req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/api/dispatch/jobs/batch", port), strings.NewReader(string(body)))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Authorization", "Bearer "+apiToken)
+					resp, err := client.Do(req)
+					if err == nil {
+						var out struct{ Results []struct{ Status int } }
+						_ = json.NewDecoder(resp.Body).Decode(&out)
+						resp.Body.Close()
+						ok := resp.StatusCode == http.StatusOK && len(out.Results) == len(batch)
+						for _, res := range out.Results {
+							ok = ok && (res.Status == http.StatusCreated || res.Status == http.StatusOK)
 						}
-						createErrs.Add(1)
-						time.Sleep(200 * time.Millisecond) // client-side retry pause while an API restarts
+						if ok {
+							return
+						}
 					}
-					t.Errorf("batch %d of round %d was not accepted within 3 minutes", b, r)
-				}(b)
-			}
-			wg.Wait()
+					createErrs.Add(1)
+					time.Sleep(200 * time.Millisecond) // client-side retry pause while an API restarts
+				}
+				t.Errorf("batch %d of round %d was not accepted within 3 minutes", b, r)
+			})
 		}
 		createdIn = time.Since(createStart)
 	}()
@@ -367,29 +373,20 @@ func TestBacklogDrain(t *testing.T) {
 	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_LOG_LEVEL": "warn"})
 
 	createStart := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
-	for b := 0; b < jobs; b += 100 {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(b int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			var batch []map[string]any
-			for i := b; i < min(b+100, jobs); i++ {
-				// Every fifth job in one of 100 ordered groups; the rest unordered.
-				extra := map[string]any{"payload": fmt.Sprintf(`{"g":%d,"r":%d}`, i%100, i)}
-				if i%5 == 0 {
-					extra["groupId"] = fmt.Sprintf("g%d", i%100)
-				}
-				batch = append(batch, jobBody(rc.URL, extra))
+	forBatches(jobs, func(b, end int) {
+		var batch []map[string]any
+		for i := b; i < end; i++ {
+			// Every fifth job in one of 100 ordered groups; the rest unordered.
+			extra := map[string]any{"payload": fmt.Sprintf(`{"g":%d,"r":%d}`, i%100, i)}
+			if i%5 == 0 {
+				extra["groupId"] = fmt.Sprintf("g%d", i%100)
 			}
-			if code := in.do("POST", "/api/dispatch/jobs/batch", apiToken, map[string]any{"jobs": batch}, nil); code != http.StatusOK {
-				t.Errorf("batch: %d", code)
-			}
-		}(b)
-	}
-	wg.Wait()
+			batch = append(batch, jobBody(rc.URL, extra))
+		}
+		if code := in.do("POST", "/api/dispatch/jobs/batch", apiToken, map[string]any{"jobs": batch}, nil); code != http.StatusOK {
+			t.Errorf("batch: %d", code)
+		}
+	})
 	created := time.Since(createStart)
 	eventually(t, 5*time.Minute, func() bool {
 		a, err := q.Attributes(context.Background())
