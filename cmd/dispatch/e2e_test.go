@@ -577,3 +577,54 @@ func decodeJSON(resp *http.Response, v any) error {
 	defer resp.Body.Close()
 	return json.NewDecoder(resp.Body).Decode(v)
 }
+
+// With the production long-poll wait (20 s), `dispatch api` and `dispatch
+// router` as separate processes deliver a job as soon as it is queued: the
+// router's poll, already waiting, returns on the first message, and retries
+// are spaced by the backoff, not by the poll. (The npm emulator this project
+// used to run held every poll for its full 20 s.)
+func TestSplitProcessesDeliverPromptlyWithDefaultPollWait(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_LOG_LEVEL": "warn"})
+	spawn(t, "router", baseEnv(dbURL, q, map[string]string{
+		"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process", "DISPATCH_LOG_LEVEL": "debug"}))
+	var mu sync.Mutex
+	var at []time.Time
+	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if n <= 2 {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	// Let the router's first poll start waiting on the empty queue.
+	eventually(t, 10*time.Second, func() bool {
+		a, err := q.Attributes(context.Background())
+		return err == nil && a["ApproximateNumberOfMessages"] == "0"
+	}, func() string { return "queue not ready" })
+	created := time.Now()
+	j := in.createJob(jobBody(rc.URL, nil))
+	eventually(t, 30*time.Second, func() bool { return in.job(j.ID).Status == "COMPLETED" }, func() string {
+		a, _ := q.Attributes(context.Background())
+		return fmt.Sprintf("job %+v; queue %v", in.job(j.ID), a)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 3 {
+		t.Fatalf("target got %d requests, want 3 (500, 500, 200)", len(at))
+	}
+	if first := at[0].Sub(created); first > 3*time.Second {
+		t.Errorf("first delivery %v after create; a waiting long poll returns on the first message", first)
+	}
+	// Backoff with DISPATCH_RETRY_BASE=1s: ~1 s then ~2 s (±10%), not a 20 s poll.
+	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
+		gap := at[i+1].Sub(at[i])
+		if gap < want*8/10 || gap > want+3*time.Second {
+			t.Errorf("retry %d came %v after the previous attempt, want about %v (the backoff)", i+1, gap, want)
+		}
+	}
+}

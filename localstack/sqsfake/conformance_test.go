@@ -165,6 +165,30 @@ func (e env) setVisibility(t *testing.T, url string, m types.Message, seconds in
 	}
 }
 
+// poll starts a 20 s long poll for up to 10 messages in the background; its
+// messages arrive on the channel (nil after an error, which is reported).
+// The poll is cancelled when the test ends.
+func (e env) poll(t *testing.T, url string) <-chan []types.Message {
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan []types.Message, 1)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		out, err := e.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 20})
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("ReceiveMessage: %v", err)
+			}
+			got <- nil
+			return
+		}
+		got <- out.Messages
+	}()
+	return got
+}
+
 func bodies(msgs []types.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -187,16 +211,8 @@ func TestLongPollReturnsOnFirstMessage(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	url := e.fifo(t, nil)
-	got := make(chan []types.Message, 1)
 	start := time.Now()
-	go func() {
-		out, err := e.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 20})
-		if err != nil {
-			t.Errorf("ReceiveMessage: %v", err)
-		}
-		got <- out.Messages
-	}()
+	got := e.poll(t, url)
 	e.send(t, url, "g", "d1", "hello")
 	select {
 	case msgs := <-got:
@@ -364,6 +380,40 @@ func TestVisibilityTimeoutRedelivers(t *testing.T) {
 	e.del(t, url, second[0])
 	if left := e.receive(t, url, 1, 1); len(left) != 0 {
 		t.Fatalf("deleted message came back: %v", bodies(left))
+	}
+}
+
+// SQS: a long poll already waiting receives a message as soon as it turns
+// visible again after ChangeMessageVisibility shortened its timeout — not
+// at the end of the poll's wait. (A retry scheduled for 1 s must not wait
+// out a consumer's 20 s poll.)
+func TestWaitingPollSeesMessageReleasedWithDelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.fifo(t, map[string]string{"VisibilityTimeout": "60"})
+	e.send(t, url, "g", "d", "retry me")
+	first := e.receive(t, url, 1, 1)
+	if len(first) != 1 {
+		t.Fatalf("receive: %v", bodies(first))
+	}
+	got := e.poll(t, url)
+	// Let the poll start waiting (nothing is visible: the message is in
+	// flight for 60 s), then ask for the message back in 1 s.
+	if msgs := e.receive(t, url, 1, 1); len(msgs) != 0 {
+		t.Fatalf("in-flight message received again: %v", bodies(msgs))
+	}
+	released := time.Now()
+	e.setVisibility(t, url, first[0], 1)
+	select {
+	case msgs := <-got:
+		if len(msgs) != 1 {
+			t.Fatalf("the waiting poll returned %v, want the released message", bodies(msgs))
+		}
+		if d := time.Since(released); d > 5*time.Second {
+			t.Errorf("the waiting poll got the message %v after it was released for 1 s", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a waiting 20 s poll did not receive a message released with a 1 s visibility timeout within 15 s")
 	}
 }
 

@@ -258,6 +258,7 @@ func (q *queue) add(m *message, now time.Time) {
 		m.delayed = true
 		q.delayed++
 		heap.Push(&q.wake, wakeEntry{at: m.visibleAt, m: m, version: m.version})
+		q.notify() // waiting polls re-time their wait
 		return
 	}
 	q.maybeReady(g, now)
@@ -337,6 +338,10 @@ func (q *queue) release(m *message, d time.Duration, now time.Time) {
 	m.visibleAt = now.Add(d)
 	if d > 0 {
 		heap.Push(&q.wake, wakeEntry{at: m.visibleAt, m: m, version: m.version})
+		// Long polls already waiting timed their wait by the old wake-up
+		// time: let them look again, so this message reaches them when it
+		// turns visible rather than when their wait ends.
+		q.notify()
 		return
 	}
 	m.inflight = false
