@@ -589,7 +589,7 @@ func TestSplitProcessesDeliverPromptlyWithDefaultPollWait(t *testing.T) {
 	q := sqstest.New(t, 30*time.Second)
 	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_LOG_LEVEL": "warn"})
 	spawn(t, "router", baseEnv(dbURL, q, map[string]string{
-		"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process", "DISPATCH_LOG_LEVEL": "debug"}))
+		"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process", "DISPATCH_LOG_LEVEL": "warn"}))
 	var mu sync.Mutex
 	var at []time.Time
 	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
