@@ -141,7 +141,7 @@ func ensureQueue(t *testing.T, api *sqs.Client, name string, visibility int) {
 }
 
 func TestScaleChaos(t *testing.T) {
-	jobs := envInt("DISPATCH_TEST_SCALE_JOBS", 2000)
+	jobs := envInt("DISPATCH_TEST_SCALE_JOBS", 1200)
 	groups := envInt("DISPATCH_TEST_SCALE_GROUPS", max(1, jobs/50))
 	rounds := (jobs + groups - 1) / groups
 	jobs = rounds * groups
@@ -366,7 +366,7 @@ func TestScaleChaos(t *testing.T) {
 // TestBacklogDrain queues every job before any router runs, then starts two
 // routers and lets them drain the queue: no stall, no receive error.
 func TestBacklogDrain(t *testing.T) {
-	jobs := envInt("DISPATCH_TEST_BACKLOG_JOBS", 3000)
+	jobs := envInt("DISPATCH_TEST_BACKLOG_JOBS", 2000)
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)
 	rc := newScaleReceiver(t)
