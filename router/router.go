@@ -70,6 +70,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	held     map[string]*message // by SQS MessageId: buffered and in flight
+	groups   map[string]int      // held messages per group
 	holds    map[string]hold     // groups waiting for a failed message to come back
 	warned   map[string]bool     // unknown pool codes already logged
 	stopping bool
@@ -119,7 +120,7 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		q: q, med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
-		pools: map[string]*Pool{}, held: map[string]*message{}, holds: map[string]hold{}, warned: map[string]bool{},
+		pools: map[string]*Pool{}, held: map[string]*message{}, groups: map[string]int{}, holds: map[string]hold{}, warned: map[string]bool{},
 		space: make(chan struct{}, 1),
 	}
 	for _, pc := range cfg.Pools {
@@ -192,7 +193,7 @@ func (r *Router) Run(ctx context.Context) error {
 		p.cond.Broadcast()
 	}
 	for _, m := range unstarted {
-		delete(r.held, m.ID)
+		r.unhold(m)
 	}
 	r.mu.Unlock()
 	r.release(unstarted, 0)
@@ -238,9 +239,7 @@ func (r *Router) Ready() bool { return r.queueOK.Load() }
 func (r *Router) receive(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		r.mu.Lock()
-		room := r.maxHeld - len(r.held)
-		r.mu.Unlock()
+		room := r.room()
 		if room <= 0 {
 			select {
 			case <-r.space:
@@ -335,7 +334,7 @@ func (r *Router) accept(qm Message) *message {
 			return m
 		}
 	}
-	r.held[qm.ID] = m
+	r.hold(m)
 	p.add(m)
 	return nil
 }
@@ -374,14 +373,14 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			// buffered go back with its delay, those yet to come are held.
 			released = p.releaseLater(m)
 			for _, x := range released {
-				delete(r.held, x.ID)
+				r.unhold(x)
 			}
 			r.holdGroup(m, delay)
 		} else if h, ok := r.holds[m.group]; ok && m.jobID >= h.jobID {
 			delete(r.holds, m.group)
 		}
 		p.finish(m)
-		delete(r.held, m.ID)
+		r.unhold(m)
 		receipt := m.Receipt
 		r.mu.Unlock()
 		r.signalSpace()
@@ -443,6 +442,33 @@ func (r *Router) changeVisibility(changes []Visibility, warning string) {
 	if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil {
 		r.log.Warn(warning, "err", err)
 	}
+}
+
+// hold and unhold track a buffered or in-flight message (lock held).
+func (r *Router) hold(m *message) {
+	r.held[m.ID] = m
+	r.groups[m.group]++
+}
+
+func (r *Router) unhold(m *message) {
+	if _, ok := r.held[m.ID]; !ok {
+		return
+	}
+	delete(r.held, m.ID)
+	if r.groups[m.group]--; r.groups[m.group] <= 0 {
+		delete(r.groups, m.group)
+	}
+}
+
+// room is how many more messages a receive may ask for. The bound is on
+// groups, not messages: a FIFO queue hands out several messages of one group
+// at once, and those wait behind each other without needing a worker, so
+// counting them would fill the buffer with a few groups and leave the
+// workers idle. Messages in all are still bounded, at ten per group slot.
+func (r *Router) room() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return max(0, min(r.maxHeld-len(r.groups), 10*r.maxHeld-len(r.held)))
 }
 
 func (r *Router) signalSpace() {
