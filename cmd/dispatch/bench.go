@@ -265,9 +265,19 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 	if err != nil {
 		return err
 	}
+	// The service's connections to PostgreSQL are in this process or, split,
+	// in the API's (the router never connects).
+	servicePIDs := append([]int{os.Getpid()}, pids...)
+	seg0, segErr := pgSegments(servicePIDs, adminCfg.Port)
 	cpu0 := sampleCPU(dbName, pids)
 	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
 	cpu1 := sampleCPU(dbName, pids)
+	seg1, err := pgSegments(servicePIDs, adminCfg.Port)
+	if segErr == nil && err == nil && !strings.HasPrefix(adminCfg.Host, "/") {
+		res.pgRoundTrips = segmentsSent(seg0, seg1)
+	} else {
+		res.pgRoundTrips = -1 // unknown: a Unix socket, or pidfd_getfd not allowed
+	}
 	if err := profiles.stop(); err != nil && loadErr == nil {
 		loadErr = err
 	}
@@ -308,6 +318,7 @@ type benchResult struct {
 	maxLag        time.Duration   // fixed rate: how late the schedule sent a request at worst
 	cpu           cpuUse
 	pg            pgUse
+	pgRoundTrips  int64 // -1: unknown
 	peakRSS       int64 // bytes; 0: unknown
 	children      []benchChildUse
 }
@@ -969,6 +980,12 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 			perDelivery(max(c.box-attributed, 0), n))
 	}
 
+	if r.pgRoundTrips >= 0 {
+		fmt.Fprintf(tw, "PG round trips\t%s\t(per delivery: requests the service's connections sent, as TCP data segments from TCP_INFO)\n",
+			perDeliveryN(r.pgRoundTrips, n))
+	} else {
+		fmt.Fprintf(tw, "PG round trips\t-\t(unknown: PostgreSQL on a Unix socket, or pidfd_getfd not allowed)\n")
+	}
 	p := r.pg
 	switch p.source {
 	case pgSourceStatements:

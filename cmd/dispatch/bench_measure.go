@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 // What `dispatch bench` measures besides throughput and latency: the CPU of
@@ -348,6 +350,91 @@ func (a pgCounters) until(b pgCounters) pgUse {
 		u.top = u.top[:8]
 	}
 	return u
+}
+
+// pgSegments returns, per socket inode, the TCP data segments that the
+// connections of the given processes to PostgreSQL's port on loopback have
+// sent so far (tcpi_data_segs_out). pgx sends each request with one write
+// and waits for the answer (a pipelined batch is one write too), and on
+// loopback with TCP_NODELAY one write goes out as one segment, so the
+// change over a run counts round trips. The sockets are read through
+// pidfd_getfd, which a process may do for itself and its children.
+func pgSegments(pids []int, port uint16) (map[uint64]uint32, error) {
+	out := map[uint64]uint32{}
+	for _, pid := range pids {
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return nil, fmt.Errorf("pidfd_open: %w", err)
+		}
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			unix.Close(pidfd)
+			return nil, err
+		}
+		for _, e := range entries {
+			link, err := os.Readlink(filepath.Join(dir, e.Name()))
+			ino, ok := strings.CutPrefix(link, "socket:[")
+			if err != nil || !ok {
+				continue
+			}
+			inode, err1 := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 64)
+			target, err2 := strconv.Atoi(e.Name())
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			if segs, ok := pgSocketSegments(pidfd, target, port); ok {
+				out[inode] = segs
+			}
+		}
+		unix.Close(pidfd)
+	}
+	return out, nil
+}
+
+func pgSocketSegments(pidfd, target int, port uint16) (uint32, bool) {
+	fd, err := unix.PidfdGetfd(pidfd, target, 0)
+	if err != nil {
+		return 0, false // closed meanwhile, or not allowed
+	}
+	defer unix.Close(fd)
+	peer, err := unix.Getpeername(fd)
+	if err != nil {
+		return 0, false
+	}
+	var ip net.IP
+	switch sa := peer.(type) {
+	case *unix.SockaddrInet4:
+		if sa.Port != int(port) {
+			return 0, false
+		}
+		ip = sa.Addr[:]
+	case *unix.SockaddrInet6:
+		if sa.Port != int(port) {
+			return 0, false
+		}
+		ip = sa.Addr[:]
+	default:
+		return 0, false
+	}
+	if !ip.IsLoopback() {
+		return 0, false
+	}
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0, false
+	}
+	return info.Data_segs_out, true
+}
+
+// segmentsSent is the segments sent between two samples by the sockets of
+// the second; a connection opened meanwhile counts from its start.
+func segmentsSent(a, b map[uint64]uint32) int64 {
+	var n int64
+	for ino, segs := range b {
+		n += int64(segs - a[ino]) // uint32: wraps correctly
+	}
+	return n
 }
 
 // ---------------------------------------------------------------- profiles
