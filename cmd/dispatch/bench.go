@@ -273,10 +273,10 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
 	cpu1 := sampleCPU(dbName, pids)
 	seg1, err := pgSegments(servicePIDs, adminCfg.Port)
-	if segErr == nil && err == nil && !strings.HasPrefix(adminCfg.Host, "/") {
+	if segErr == nil && err == nil && len(seg1) > 0 {
 		res.pgRoundTrips = segmentsSent(seg0, seg1)
 	} else {
-		res.pgRoundTrips = -1 // unknown: a Unix socket, or pidfd_getfd not allowed
+		res.pgRoundTrips = -1 // unknown: no TCP connection seen (a Unix socket), or pidfd_getfd not allowed
 	}
 	if err := profiles.stop(); err != nil && loadErr == nil {
 		loadErr = err

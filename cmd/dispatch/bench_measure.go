@@ -316,7 +316,8 @@ func (p *pgStats) waitIdle(ctx context.Context, within time.Duration) {
 	for {
 		var n int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
+			  AND backend_type = 'client backend'`).Scan(&n)
 		if err != nil || n == 0 {
 			return
 		}
@@ -357,19 +358,25 @@ func (a pgCounters) until(b pgCounters) pgUse {
 // sent so far (tcpi_data_segs_out). pgx sends each request with one write
 // and waits for the answer (a pipelined batch is one write too), and on
 // loopback with TCP_NODELAY one write goes out as one segment, so the
-// change over a run counts round trips. The sockets are read through
-// pidfd_getfd, which a process may do for itself and its children.
+// change over a run counts round trips. A child's sockets are read through
+// pidfd_getfd, which a process may do for its children (unless a seccomp
+// profile forbids it).
 func pgSegments(pids []int, port uint16) (map[uint64]uint32, error) {
 	out := map[uint64]uint32{}
 	for _, pid := range pids {
-		pidfd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			return nil, fmt.Errorf("pidfd_open: %w", err)
+		pidfd := -1 // this process reads its own sockets directly
+		if pid != os.Getpid() {
+			var err error
+			if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
+				return nil, fmt.Errorf("pidfd_open: %w", err)
+			}
 		}
 		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			unix.Close(pidfd)
+			if pidfd >= 0 {
+				unix.Close(pidfd)
+			}
 			return nil, err
 		}
 		for _, e := range entries {
@@ -387,17 +394,25 @@ func pgSegments(pids []int, port uint16) (map[uint64]uint32, error) {
 				out[inode] = segs
 			}
 		}
-		unix.Close(pidfd)
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
 	}
 	return out, nil
 }
 
+// pgSocketSegments reads socket target of the process behind pidfd (of
+// this process when pidfd is -1: the descriptor may be closed and reused
+// meanwhile, which the peer check catches).
 func pgSocketSegments(pidfd, target int, port uint16) (uint32, bool) {
-	fd, err := unix.PidfdGetfd(pidfd, target, 0)
-	if err != nil {
-		return 0, false // closed meanwhile, or not allowed
+	fd := target
+	if pidfd >= 0 {
+		var err error
+		if fd, err = unix.PidfdGetfd(pidfd, target, 0); err != nil {
+			return 0, false // closed meanwhile, or not allowed
+		}
+		defer unix.Close(fd)
 	}
-	defer unix.Close(fd)
 	peer, err := unix.Getpeername(fd)
 	if err != nil {
 		return 0, false
