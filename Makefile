@@ -18,7 +18,12 @@ DISPATCH_QUEUE_CREATE          ?= true
 DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
 
-BENCH_JOBS ?= 5000
+# make bench: BENCH_ARGS goes to both runs (-split, -clients 16, -concurrency 100,
+# -batch 50; see `./bin/dispatch bench -h`).
+BENCH_JOBS     ?= 5000
+BENCH_RATE     ?= 200
+BENCH_DURATION ?= 10s
+BENCH_ARGS     ?=
 SOAK_JOBS    ?= 100000
 SOAK_GROUPS  ?= 2000
 SOAK_BACKLOG ?= 50000
@@ -92,8 +97,12 @@ lint: ## gofmt must report nothing; go vet
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-bench: up ## Load benchmark (dispatch bench; more flags: BENCH_ARGS="-batch 50") and Go benchmarks
-	$(DEV_ENV); $(RUN_ENV) go run ./cmd/dispatch bench -jobs $(BENCH_JOBS) $(BENCH_ARGS)
+bench: up build ## dispatch bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION; then the Go benchmarks
+	@echo "== throughput: $(BENCH_JOBS) jobs"
+	$(DEV_ENV); $(RUN_ENV) ./$(BIN) bench -jobs $(BENCH_JOBS) $(BENCH_ARGS)
+	@echo "== fixed rate: $(BENCH_RATE) jobs/s for $(BENCH_DURATION)"
+	$(DEV_ENV); $(RUN_ENV) ./$(BIN) bench -rate $(BENCH_RATE) -duration $(BENCH_DURATION) $(BENCH_ARGS)
+	@echo "== Go benchmarks"
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
 
 fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME (30s), one at a time

@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,20 +39,38 @@ import (
 const benchUsage = `usage: dispatch bench [flags]
 
 Pushes jobs through the whole pipeline (API → PostgreSQL → SQS → router →
-processing endpoint → signed webhook) to a local receiver, with api and router
-running in this process, and reports throughput, latency and memory.
+processing endpoint → signed webhook) to a local receiver and reports
+throughput, create→delivery latency, CPU per delivery (the whole box and each
+process), PostgreSQL's work per delivery and memory.
 
-It uses DATABASE_URL's server but a fresh database dispatch_bench_<random>,
-and a fresh FIFO queue bench-<random>.fifo on AWS_ENDPOINT_URL_SQS (default
-http://127.0.0.1:9324); both are removed at the end. Both must be on this
-machine (loopback or a Unix socket).
+Two modes:
+  throughput   -jobs N from -clients N clients, each sending its next create
+               as soon as the last one is answered (the default)
+  fixed rate   -rate R -duration D: R jobs a second on a fixed schedule,
+               whether or not earlier creates were answered (open loop), and
+               latency counted from each job's scheduled time, so a stall
+               shows up in the percentiles instead of slowing the load
+
+api and router run in this process (dispatch all), or with -split as two
+child processes of this binary (dispatch api, dispatch router mediating
+over HTTP). It uses DATABASE_URL's server but a fresh database
+dispatch_bench_<random>, and a fresh FIFO queue bench-<random>.fifo on
+AWS_ENDPOINT_URL_SQS (default http://127.0.0.1:9324); both are removed at
+the end. Both must be on this machine (loopback or a Unix socket).
 
 flags:
-  -jobs N          jobs to deliver (default 5000)
-  -clients N       concurrent API clients creating jobs (default 8)
-  -batch N         jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
-  -concurrency N   the processing pool's concurrency (default 20)
-  -timeout D       give up when not every job arrived within D (default 5m)`
+  -jobs N           jobs to deliver in throughput mode (default 5000)
+  -clients N        concurrent API clients creating jobs (default 8)
+  -rate R           fixed-rate mode: jobs per second
+  -duration D       fixed-rate mode: how long to create jobs (default 10s)
+  -batch N          jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
+  -concurrency N    the processing pool's concurrency (default 20)
+  -split            run dispatch api and dispatch router as child processes
+  -timeout D        give up when not every job arrived within D (default 5m)
+  -cpuprofile FILE  write a pprof CPU profile of this process over the load
+  -blockprofile FILE, -mutexprofile FILE
+                    the same for blocking and mutex contention (sampled)
+  (with -split the profiles cover the load generator and receiver only)`
 
 const (
 	benchDefaultSQS      = "http://127.0.0.1:9324"
@@ -63,6 +80,7 @@ const (
 	benchCleanupTimeout  = 30 * time.Second
 	benchVisibility      = "60" // seconds, as router.Queue creates queues
 	benchShutdownTimeout = "10s"
+	benchStatsTimeout    = 10 * time.Second // for the service's connections to leave PostgreSQL
 )
 
 // benchPayload is a typical small webhook payload.
@@ -70,8 +88,11 @@ const benchPayload = `{"orderId":"ord_8f14e45fceea167a","customerId":"cus_c9f0f8
 
 type benchOptions struct {
 	jobs, clients, batch, concurrency int
-	timeout                           time.Duration
-	cpuProfile                        string
+	rate                              float64 // jobs per second; 0: throughput mode
+	duration, timeout                 time.Duration
+	split                             bool
+	cpuProfile, blockProfile          string
+	mutexProfile                      string
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
@@ -81,17 +102,39 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.Usage = func() { fmt.Fprintln(stderr, benchUsage) }
 	fs.IntVar(&o.jobs, "jobs", 5000, "")
 	fs.IntVar(&o.clients, "clients", 8, "")
+	fs.Float64Var(&o.rate, "rate", 0, "")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "")
 	fs.IntVar(&o.batch, "batch", 1, "")
 	fs.IntVar(&o.concurrency, "concurrency", 20, "")
+	fs.BoolVar(&o.split, "split", false, "")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "")
-	// Not in the usage: for whoever tunes the pipeline.
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the load phase to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
+	fs.StringVar(&o.blockProfile, "blockprofile", "", "")
+	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.rate > 0 {
+		if set["jobs"] {
+			errs = append(errs, errors.New("-jobs and -rate exclude each other (-rate runs for -duration)"))
+		}
+		if o.duration <= 0 {
+			errs = append(errs, errors.New("-duration must be positive"))
+		}
+		o.jobs = int(o.rate*o.duration.Seconds() + 0.5)
+		if o.jobs < 1 {
+			errs = append(errs, errors.New("-rate × -duration must make at least one job"))
+		}
+	} else if set["rate"] {
+		errs = append(errs, errors.New("-rate must be positive"))
+	} else if set["duration"] {
+		errs = append(errs, errors.New("-duration needs -rate"))
 	}
 	if o.jobs < 1 {
 		errs = append(errs, errors.New("-jobs must be at least 1"))
@@ -182,45 +225,81 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 		// the short shutdown above pass the start-up check.
 		"DISPATCH_DELIVERY_TIMEOUT": "5s",
 	})
-	svc, err := startBenchService(ctx, env, stderr)
+	var svc benchSystem
+	if o.split {
+		svc, err = startBenchSplit(ctx, env, stderr)
+	} else {
+		svc, err = startBenchService(ctx, env, stderr)
+	}
 	if err != nil {
 		return err
 	}
 	defer svc.stop() // on early returns; the normal path stops it below
 
+	idle := o.clients
+	if o.rate > 0 { // open loop: as many requests in flight as the service makes wait
+		idle = max(idle, 256)
+	}
 	client := &http.Client{
-		Transport: &http.Transport{MaxIdleConns: o.clients, MaxIdleConnsPerHost: o.clients, IdleConnTimeout: time.Minute},
+		Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle, IdleConnTimeout: time.Minute},
 		Timeout:   30 * time.Second,
 	}
 	defer client.CloseIdleConnections()
-	credID, err := createBenchCredentials(ctx, client, svc.apiURL, secret)
+	credID, err := createBenchCredentials(ctx, client, svc.url(), secret)
 	if err != nil {
 		return err
 	}
 
-	var stopProfile func() error
-	if o.cpuProfile != "" {
-		if stopProfile, err = startCPUProfile(o.cpuProfile); err != nil {
-			return err
-		}
+	benchDB := adminCfg.Copy()
+	benchDB.Database = dbName
+	pg := newPGStats(ctx, benchDB)
+	pg0, err := pg.read(ctx)
+	if err != nil {
+		return err
 	}
-	cpu0 := processCPU()
-	res, loadErr := runLoad(ctx, o, client, svc.apiURL, rc, credID)
-	res.cpu = processCPU() - cpu0
-	if stopProfile != nil {
-		if err := stopProfile(); err != nil && loadErr == nil {
-			loadErr = err
-		}
+	var pids []int
+	for _, c := range svc.children() {
+		pids = append(pids, c.pid)
 	}
+	profiles, err := startProfiles(o.cpuProfile, o.blockProfile, o.mutexProfile)
+	if err != nil {
+		return err
+	}
+	// The service's connections to PostgreSQL are in this process or, split,
+	// in the API's (the router never connects).
+	servicePIDs := append([]int{os.Getpid()}, pids...)
+	seg0, segErr := pgSegments(servicePIDs, adminCfg.Port)
+	cpu0 := sampleCPU(dbName, pids)
+	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
+	cpu1 := sampleCPU(dbName, pids)
+	seg1, err := pgSegments(servicePIDs, adminCfg.Port)
+	if segErr == nil && err == nil && len(seg1) > 0 {
+		res.pgRoundTrips = segmentsSent(seg0, seg1)
+	} else {
+		res.pgRoundTrips = -1 // unknown: no TCP connection seen (a Unix socket), or pidfd_getfd not allowed
+	}
+	if err := profiles.stop(); err != nil && loadErr == nil {
+		loadErr = err
+	}
+	res.cpu = cpu0.until(cpu1)
 	res.peakRSS = peakRSS()
+	for _, c := range svc.children() {
+		res.children = append(res.children, benchChildUse{name: c.name, peakRSS: pidPeakRSS(c.pid)})
+	}
 	stopErr := svc.stop()
 	if loadErr != nil {
 		return loadErr
 	}
 	if stopErr != nil {
-		return fmt.Errorf("bench: dispatch all: %w", stopErr)
+		return fmt.Errorf("bench: stop the service: %w", stopErr)
 	}
-	res.write(stdout, o)
+	pg.waitIdle(ctx, benchStatsTimeout)
+	pg1, err := pg.read(ctx)
+	if err != nil {
+		return err
+	}
+	res.pg = pg0.until(pg1)
+	res.write(stdout, o, dbName)
 	return nil
 }
 
@@ -234,13 +313,24 @@ type benchResult struct {
 	deliveries    int           // requests the receiver saw, duplicates included
 	duplicates    int
 	badSignatures int
-	latencies     []time.Duration // create request sent → first delivery, sorted
-	cpu           time.Duration
+	latencies     []time.Duration // create (sent or scheduled) → first delivery, sorted
+	answers       []time.Duration // create (sent or scheduled) → its answer, per request, sorted
+	maxLag        time.Duration   // fixed rate: how late the schedule sent a request at worst
+	cpu           cpuUse
+	pg            pgUse
+	pgRoundTrips  int64 // -1: unknown
 	peakRSS       int64 // bytes; 0: unknown
+	children      []benchChildUse
 }
 
-// runLoad creates o.jobs jobs from o.clients goroutines and waits until the
-// receiver has seen each of them, or the timeout passes.
+type benchChildUse struct {
+	name    string
+	peakRSS int64
+}
+
+// runLoad creates o.jobs jobs, from o.clients closed-loop clients or on
+// o.rate's fixed schedule, and waits until the receiver has seen each of
+// them, or the timeout passes.
 func runLoad(ctx context.Context, o benchOptions, client *http.Client, apiURL string, rc *benchReceiver, credID string) (benchResult, error) {
 	res := benchResult{jobs: o.jobs}
 	one, err := json.Marshal(map[string]any{
@@ -266,49 +356,61 @@ func runLoad(ctx context.Context, o benchOptions, client *http.Client, apiURL st
 		mu      sync.Mutex
 		sentAt  = make(map[string]time.Time, o.jobs)
 		lastAck time.Time
-		next    atomic.Int64
 	)
+	// create sends n jobs in one request; from is when the request was
+	// sent (throughput) or due (fixed rate).
+	create := func(ctx context.Context, n int, from time.Time) error {
+		var ids []string
+		var err error
+		if o.batch == 1 {
+			ids, err = postJob(ctx, client, apiURL, one)
+		} else {
+			body := full
+			if n < o.batch {
+				body = batchBody(n)
+			}
+			ids, err = postBatch(ctx, client, apiURL, body, n)
+		}
+		if err != nil {
+			return err
+		}
+		t1 := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			sentAt[id] = from
+		}
+		res.answers = append(res.answers, t1.Sub(from))
+		if t1.After(lastAck) {
+			lastAck = t1
+		}
+		return nil
+	}
 	res.start = time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	for range o.clients {
-		g.Go(func() error {
-			for {
-				first := int(next.Add(int64(o.batch))) - o.batch
-				if first >= o.jobs {
-					return nil
-				}
-				n := min(o.batch, o.jobs-first)
-				t0 := time.Now()
-				var ids []string
-				var err error
-				if o.batch == 1 {
-					ids, err = postJob(gctx, client, apiURL, one)
-				} else {
-					body := full
-					if n < o.batch {
-						body = batchBody(n)
+	if o.rate > 0 {
+		res.maxLag = schedule(gctx, g, o, res.start, create)
+	} else {
+		var next atomic.Int64
+		for range o.clients {
+			g.Go(func() error {
+				for {
+					first := int(next.Add(int64(o.batch))) - o.batch
+					if first >= o.jobs {
+						return nil
 					}
-					ids, err = postBatch(gctx, client, apiURL, body, n)
+					if err := create(gctx, min(o.batch, o.jobs-first), time.Now()); err != nil {
+						return err
+					}
 				}
-				if err != nil {
-					return err
-				}
-				t1 := time.Now()
-				mu.Lock()
-				for _, id := range ids {
-					sentAt[id] = t0
-				}
-				if t1.After(lastAck) {
-					lastAck = t1
-				}
-				mu.Unlock()
-			}
-		})
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return res, fmt.Errorf("bench: creating jobs: %w", err)
 	}
 	res.createdIn = lastAck.Sub(res.start)
+	slices.Sort(res.answers)
 
 	select {
 	case <-rc.all:
@@ -331,6 +433,35 @@ func runLoad(ctx context.Context, o benchOptions, client *http.Client, apiURL st
 	}
 	slices.Sort(res.latencies)
 	return res, nil
+}
+
+// schedule is the fixed-rate load: request i is due at start + i×(batch ÷
+// rate) and goes out then in a goroutine of its own, however many earlier
+// ones are still unanswered, so a slow answer never delays the next
+// request (no coordinated omission). It returns how late the schedule sent
+// a request at worst: when that is large, the load generator itself could
+// not keep up and the figures understate the rate.
+func schedule(ctx context.Context, g *errgroup.Group, o benchOptions, start time.Time,
+	create func(context.Context, int, time.Time) error) time.Duration {
+	interval := time.Duration(float64(o.batch) / o.rate * float64(time.Second))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var maxLag time.Duration
+	for i, first := 0, 0; first < o.jobs; i, first = i+1, first+o.batch {
+		due := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return maxLag
+			case <-timer.C:
+			}
+		}
+		maxLag = max(maxLag, time.Since(due))
+		n := min(o.batch, o.jobs-first)
+		g.Go(func() error { return create(ctx, n, due) })
+	}
+	return maxLag
 }
 
 func postJSON(ctx context.Context, client *http.Client, url string, body []byte, want int, out any) error {
@@ -716,21 +847,6 @@ func randomHex(n int) string {
 
 // ---------------------------------------------------------------- measurements
 
-func startCPUProfile(path string) (func() error, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("bench: cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("bench: cpuprofile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
-}
-
 // procStatus returns a field of /proc/self/status ("" when unavailable).
 func procStatus(field string) string {
 	data, err := os.ReadFile("/proc/self/status")
@@ -753,28 +869,6 @@ func peakRSS() int64 {
 		return 0
 	}
 	return n << 10
-}
-
-// processCPU is the user+system CPU time the process has used so far, from
-// /proc/self/stat (in USER_HZ, 100 per second on Linux); 0 if unknown.
-func processCPU() time.Duration {
-	data, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesized command name; utime and stime are the
-	// 14th and 15th fields overall, the 12th and 13th after it.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
 func cpuModel() string {
@@ -809,28 +903,119 @@ func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
 }
 
-func (r benchResult) write(w io.Writer, o benchOptions) {
-	mode := "single creates"
-	if o.batch > 1 {
-		mode = fmt.Sprintf("batches of %d", o.batch)
+func perDelivery(d time.Duration, n int) string {
+	if n == 0 {
+		return "-"
 	}
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond)/float64(n), 'f', 2, 64) + " ms"
+}
+
+func perDeliveryN(v int64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(v)/float64(n), 'f', 2, 64)
+}
+
+func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
+
+func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
+	creates := "single creates"
+	if o.batch > 1 {
+		creates = fmt.Sprintf("batches of %d", o.batch)
+	}
+	mode := fmt.Sprintf("throughput: %d jobs, %d clients", r.jobs, o.clients)
+	from := "create request sent"
+	if o.rate > 0 {
+		mode = fmt.Sprintf("fixed rate: %g jobs/s for %s (%d jobs, open loop)", o.rate, o.duration, r.jobs)
+		from = "create scheduled"
+	}
+	system := "dispatch all in this process"
+	if o.split {
+		system = "dispatch api + dispatch router as child processes"
+	}
+	n := r.deliveries
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "dispatch bench\t%d jobs, %d clients, %s, pool concurrency %d\n", r.jobs, o.clients, mode, o.concurrency)
+	fmt.Fprintf(tw, "dispatch bench\t%s, %s, pool concurrency %d, %s\n", mode, creates, o.concurrency, system)
 	fmt.Fprintf(tw, "machine\t%s, %d CPUs, GOMAXPROCS %d, %s/%s, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(tw, "jobs created\t%s\t(%d in %s)\n", rate(r.jobs, r.createdIn), r.jobs, r.createdIn.Round(time.Millisecond))
+	fmt.Fprintf(tw, "jobs created\t%s\t(%d in %s", rate(r.jobs, r.createdIn), r.jobs, r.createdIn.Round(time.Millisecond))
+	if o.rate > 0 {
+		fmt.Fprintf(tw, "; the schedule ran late by at most %s", ms(r.maxLag))
+	}
+	fmt.Fprintf(tw, ")\n")
 	fmt.Fprintf(tw, "deliveries\t%s\t(%d in %s, end to end; %d requests, %d duplicates, %d bad signatures)\n",
 		rate(r.jobs, r.deliveredIn), r.jobs, r.deliveredIn.Round(time.Millisecond), r.deliveries, r.duplicates, r.badSignatures)
-	fmt.Fprintf(tw, "latency p50\t%s\t(create request sent → first delivery)\n", ms(percentile(r.latencies, 50)))
-	fmt.Fprintf(tw, "latency p95\t%s\n", ms(percentile(r.latencies, 95)))
-	fmt.Fprintf(tw, "latency p99\t%s\n", ms(percentile(r.latencies, 99)))
-	fmt.Fprintf(tw, "latency max\t%s\n", ms(percentile(r.latencies, 100)))
-	if r.peakRSS > 0 {
-		fmt.Fprintf(tw, "peak RSS\t%.1f MiB\t(VmHWM; api, router, clients and receiver in one process)\n", float64(r.peakRSS)/(1<<20))
+	fmt.Fprintf(tw, "latency p50\t%s\t(%s → first delivery)\n", ms(percentile(r.latencies, 50)), from)
+	fmt.Fprintf(tw, "latency p95\t%s\t\n", ms(percentile(r.latencies, 95)))
+	fmt.Fprintf(tw, "latency p99\t%s\t\n", ms(percentile(r.latencies, 99)))
+	fmt.Fprintf(tw, "latency max\t%s\t\n", ms(percentile(r.latencies, 100)))
+	fmt.Fprintf(tw, "create answered\t%s\t(p50; p99 %s, max %s: %s → 201)\n",
+		ms(percentile(r.answers, 50)), ms(percentile(r.answers, 99)), ms(percentile(r.answers, 100)), from)
+
+	c := r.cpu
+	if c.boxTotal > 0 {
+		idle := 100 * float64(c.boxTotal-c.box) / float64(c.boxTotal)
+		fmt.Fprintf(tw, "CPU per delivery\t%s\t(whole box: user+nice+system+irq+softirq from /proc/stat over %s; the box was %.0f%% idle)\n",
+			perDelivery(c.box, n), r.deliveredIn.Round(time.Millisecond), idle)
 	}
-	if r.cpu > 0 {
-		fmt.Fprintf(tw, "CPU time\t%s\t(%s per job, this process only; PostgreSQL and the emulator not included)\n",
-			r.cpu.Round(10*time.Millisecond), ms(r.cpu/time.Duration(r.jobs)))
+	own := "api, router, load generator and receiver"
+	if o.split {
+		own = "load generator and receiver"
+	}
+	fmt.Fprintf(tw, "  this process\t%s\t(getrusage: %s)\n", perDelivery(c.self, n), own)
+	attributed := c.self
+	for i, ch := range r.children {
+		if i < len(c.children) {
+			fmt.Fprintf(tw, "  dispatch %s\t%s\t(child process, /proc/<pid>/stat)\n", ch.name, perDelivery(c.children[i], n))
+			attributed += c.children[i]
+		}
+	}
+	fmt.Fprintf(tw, "  PostgreSQL\t%s\t(%s this database's backends, %s the server's background processes)\n",
+		perDelivery(c.pgBench+c.pgBackground, n), perDelivery(c.pgBench, n), perDelivery(c.pgBackground, n))
+	fmt.Fprintf(tw, "  SQS stand-in\t%s\t(sqsfake; includes anyone else's use of it)\n", perDelivery(c.sqs, n))
+	attributed += c.pgBench + c.pgBackground + c.sqs
+	if c.boxTotal > 0 {
+		fmt.Fprintf(tw, "  rest of the box\t%s\t(other processes, interrupts, kernel threads: noise when it is large)\n",
+			perDelivery(max(c.box-attributed, 0), n))
+	}
+
+	if r.pgRoundTrips >= 0 {
+		fmt.Fprintf(tw, "PG round trips\t%s\t(per delivery: requests the service's connections sent, as TCP data segments from TCP_INFO)\n",
+			perDeliveryN(r.pgRoundTrips, n))
+	} else {
+		fmt.Fprintf(tw, "PG round trips\t-\t(unknown: PostgreSQL on a Unix socket, or pidfd_getfd not allowed)\n")
+	}
+	p := r.pg
+	switch p.source {
+	case pgSourceStatements:
+		fmt.Fprintf(tw, "PG statements\t%s\t(per delivery, pg_stat_statements, BEGIN/COMMIT included; %s transactions, %s rows inserted, %s updated, %s deleted)\n",
+			perDeliveryN(p.statements, n), perDeliveryN(p.xacts, n), perDeliveryN(p.inserted, n), perDeliveryN(p.updated, n), perDeliveryN(p.deleted, n))
+		for _, st := range p.top {
+			fmt.Fprintf(tw, "  %s\t%s\n", perDeliveryN(st.calls, n), oneLine(st.query, 110))
+		}
+	default:
+		fmt.Fprintf(tw, "PG transactions\t%s\t(per delivery, pg_stat_database of %s; pg_stat_statements is not loaded; each is at least one round trip)\n",
+			perDeliveryN(p.xacts, n), dbName)
+		fmt.Fprintf(tw, "  rows written\t%s\t(per delivery: %s inserted, %s updated, %s deleted; %s fetched, %s returned)\n",
+			perDeliveryN(p.inserted+p.updated+p.deleted, n), perDeliveryN(p.inserted, n), perDeliveryN(p.updated, n),
+			perDeliveryN(p.deleted, n), perDeliveryN(p.fetched, n), perDeliveryN(p.returned, n))
+	}
+
+	if r.peakRSS > 0 {
+		fmt.Fprintf(tw, "peak RSS\t%s\t(VmHWM of this process: %s)\n", mib(r.peakRSS), own)
+	}
+	for _, ch := range r.children {
+		fmt.Fprintf(tw, "  dispatch %s\t%s\t(VmHWM)\n", ch.name, mib(ch.peakRSS))
 	}
 	tw.Flush()
+}
+
+// oneLine squeezes a statement's whitespace and cuts it to n runes.
+func oneLine(q string, n int) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if r := []rune(q); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return q
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch/router/sqstest"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+func TestBenchFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args     []string
+		wantJobs int
+		wantErr  []string
+	}{
+		{args: nil, wantJobs: 5000},
+		{args: []string{"-jobs", "700"}, wantJobs: 700},
+		{args: []string{"-rate", "200", "-duration", "10s"}, wantJobs: 2000},
+		{args: []string{"-rate", "200"}, wantJobs: 2000}, // -duration defaults to 10s
+		{args: []string{"-rate", "200", "-jobs", "10"}, wantErr: []string{"-jobs and -rate"}},
+		{args: []string{"-duration", "5s"}, wantErr: []string{"-duration needs -rate"}},
+		{args: []string{"-rate", "-1", "-batch", "0"}, wantErr: []string{"-rate must be positive", "-batch must be 1 to 100"}},
+		{args: []string{"-rate", "0.01", "-duration", "1s"}, wantErr: []string{"at least one job"}},
+	} {
+		o, err := parseBenchFlags(tc.args, io.Discard)
+		if len(tc.wantErr) == 0 {
+			if err != nil || o.jobs != tc.wantJobs {
+				t.Errorf("%q: jobs %d, err %v; want %d jobs", tc.args, o.jobs, err, tc.wantJobs)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%q: no error, want %q", tc.args, tc.wantErr)
+			continue
+		}
+		for _, want := range tc.wantErr {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q: error %q does not say %q", tc.args, err, want)
+			}
+		}
+	}
+}
+
+// TestBenchRuns runs the built `dispatch bench` as a user would, in both
+// modes: every job arrives signed, and the report has the figures that
+// issue 8 reads (CPU per process, PostgreSQL per delivery, memory), the
+// children's among them with -split.
+func TestBenchRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline twice")
+	}
+	bin := dispatchBinary(t)
+	sqstest.SetEnv()
+	env := append(os.Environ(), "AWS_ENDPOINT_URL_SQS="+sqstest.Endpoint(), "DATABASE_URL="+storetest.AdminURL())
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // regular expressions, each must match a line
+	}{
+		{
+			name: "throughput in process",
+			args: []string{"-jobs", "200", "-clients", "4", "-cpuprofile", profile},
+			want: []string{
+				`^dispatch bench +throughput: 200 jobs, 4 clients, .*dispatch all in this process`,
+				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
+				`^latency p99 +[0-9.]+ ms`,
+				`^CPU per delivery +[0-9.]+ ms +\(whole box`,
+				`^  this process +[0-9.]+ ms`,
+				`^  PostgreSQL +[0-9.]+ ms`,
+				`^PG round trips +[0-9.]+ +\(per delivery`,
+				`^PG (statements|transactions) +[0-9.]+ `,
+				`^peak RSS +[0-9.]+ MiB`,
+			},
+		},
+		{
+			name: "fixed rate split",
+			args: []string{"-rate", "100", "-duration", "2s", "-split"},
+			want: []string{
+				`^dispatch bench +fixed rate: 100 jobs/s for 2s \(200 jobs, open loop\).*child processes`,
+				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
+				`^latency p50 +[0-9.]+ ms +\(create scheduled → first delivery\)`,
+				`^  dispatch api +[0-9.]+ ms`,
+				`^  dispatch router +[0-9.]+ ms`,
+				`^  dispatch api +[0-9.]+ MiB`,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, append([]string{"bench"}, tc.args...)...)
+			cmd.Env = env
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("dispatch bench %q: %v\n%s\n%s", tc.args, err, stdout.String(), stderr.String())
+			}
+			for _, want := range tc.want {
+				if !regexp.MustCompile("(?m)" + want).MatchString(stdout.String()) {
+					t.Errorf("no line matches %s in:\n%s", want, stdout.String())
+				}
+			}
+		})
+	}
+	data, err := os.ReadFile(profile)
+	if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
+		t.Errorf("-cpuprofile wrote %d bytes (%v), want a gzipped pprof profile", len(data), err)
+	}
+}
