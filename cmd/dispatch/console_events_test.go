@@ -102,6 +102,13 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	b.waitFor("two subscriptions listed", `document.querySelectorAll('#subscriptions-table tbody tr').length === 2`)
 	silentID := eval[string](b, `[...document.querySelectorAll('#subscriptions-table tbody tr')].map(r => r.dataset.id).find(id => id !== `+quoteJS(subID)+`)`)
 	b.shot("13-subscriptions")
+	// At a small laptop's width the table still fits.
+	b.do("narrow the window", chromedp.EmulateViewport(1024, 768))
+	if w := eval[int](b, `document.querySelector('#subscriptions-table').getBoundingClientRect().right > document.documentElement.clientWidth ? 1 : 0`); w != 0 {
+		t.Errorf("at 1024 px the subscriptions table is wider than the window")
+	}
+	b.shot("13b-subscriptions-1024")
+	b.do("widen the window again", chromedp.EmulateViewport(1280, 900))
 
 	// Publish an event through the API (hostile data too); find it in the
 	// console and see its job delivered.

@@ -99,12 +99,14 @@ export function subscriptionsPage(main, params) {
     const opts = [s.orderingKey ? `ordered by ${s.orderingKey}` : null, s.rateLimitPerSecond ? `≤ ${s.rateLimitPerSecond}/s` : null,
       `${s.maxRetries} tries, ${s.retryStrategy}`].filter(Boolean).join(' · ');
     return h('tr', { dataset: { id: s.id } },
-      h('td', {}, h('a', { href: '#/subscriptions/' + s.id, class: 'sub-name' }, s.name), h('div', { class: 'muted small mono' }, s.id)),
+      h('td', { class: 'sub-main' },
+        h('a', { href: '#/subscriptions/' + s.id, class: 'sub-name' }, s.name),
+        h('div', { class: 'mono sub-url', title: s.url }, s.url),
+        h('div', { class: 'small muted' }, opts),
+        h('div', { class: 'small muted' }, h('span', { class: 'mono' }, s.id), ' · ', h('span', { title: fmtTime(s.createdAt) }, 'created ' + ago(s.createdAt)))),
       h('td', {}, statusChip(s.status), s.disabledReason ? h('div', { class: 'small muted reason', title: s.disabledReason }, s.disabledReason) : null),
       h('td', {}, typeList(s.eventTypes),
         Object.keys(s.filter).length ? h('div', { class: 'small muted filter-note' }, 'where ', Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join(', ')) : null),
-      h('td', { class: 'truncate', title: s.url }, h('span', { class: 'mono' }, s.url), h('div', { class: 'small muted' }, opts)),
-      h('td', { class: 'nowrap', title: fmtTime(s.createdAt) }, ago(s.createdAt)),
       cell);
   }
 
@@ -116,9 +118,9 @@ export function subscriptionsPage(main, params) {
     try {
       const res = await api.get('/api/dispatch/subscriptions?' + q);
       clear(results, res.items.length
-        ? h('div', { class: 'card card-flush' }, h('table', { class: 'table table-subs', id: 'subscriptions-table' },
-          h('thead', {}, h('tr', {}, ['Name', 'Status', 'Event types', 'Endpoint', 'Created', ''].map((t) => h('th', {}, t)))),
-          h('tbody', {}, res.items.map(row))), pager(res, 'subscription', (p) => go({ status, eventType }, p)))
+        ? h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table table-subs', id: 'subscriptions-table' },
+          h('thead', {}, h('tr', {}, ['Subscription', 'Status', 'Event types', ''].map((t) => h('th', {}, t)))),
+          h('tbody', {}, res.items.map(row)))), pager(res, 'subscription', (p) => go({ status, eventType }, p)))
         : h('div', { class: 'card' }, (status || eventType)
           ? empty('No subscriptions match these filters', 'Clear the filters to see them all.')
           : empty('No subscriptions yet', 'Create one: events of the types it names will be delivered to its URL.')));
