@@ -134,14 +134,14 @@ func (s *Server) publishEvent(c *gin.Context) {
 		return
 	}
 	if !created {
-		c.JSON(http.StatusOK, viewEvent(out))
+		c.JSON(http.StatusOK, viewEventWithJobs(out))
 		return
 	}
 	if len(out.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(out.Jobs)))
 		s.notifier.Notify()
 	}
-	c.JSON(http.StatusCreated, viewEvent(out))
+	c.JSON(http.StatusCreated, viewEventWithJobs(out))
 }
 
 func (s *Server) getEvent(c *gin.Context) {
@@ -154,7 +154,7 @@ func (s *Server) getEvent(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewEvent(e))
+	c.JSON(http.StatusOK, viewEventWithJobs(e))
 }
 
 func (s *Server) searchEvents(c *gin.Context) {

@@ -197,8 +197,8 @@ type eventJobView struct {
 	Status         dispatch.Status `json:"status"`
 }
 
-// eventView carries data as the JSON value it was published as. Jobs is
-// absent in search results (read the event for its jobs).
+// eventView carries data as the JSON value it was published as; search
+// results are eventViews (read the event for its jobs).
 type eventView struct {
 	ID             string            `json:"id"`
 	Source         string            `json:"source"`
@@ -207,7 +207,13 @@ type eventView struct {
 	Metadata       map[string]string `json:"metadata"`
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
 	CreatedAt      string            `json:"createdAt"`
-	Jobs           []eventJobView    `json:"jobs,omitempty"`
+}
+
+// eventWithJobsView is a published or read event: jobs is always present,
+// [] when no subscription matched (SPEC §10).
+type eventWithJobsView struct {
+	eventView
+	Jobs []eventJobView `json:"jobs"`
 }
 
 func viewEvent(e dispatch.Event) eventView {
@@ -218,11 +224,13 @@ func viewEvent(e dispatch.Event) eventView {
 	if v.Metadata == nil {
 		v.Metadata = map[string]string{}
 	}
-	if e.Jobs != nil {
-		v.Jobs = make([]eventJobView, len(e.Jobs))
-		for i, j := range e.Jobs {
-			v.Jobs[i] = eventJobView{ID: dispatch.FormatID(j.ID), SubscriptionID: dispatch.FormatID(j.SubscriptionID), Status: j.Status}
-		}
+	return v
+}
+
+func viewEventWithJobs(e dispatch.Event) eventWithJobsView {
+	v := eventWithJobsView{eventView: viewEvent(e), Jobs: make([]eventJobView, len(e.Jobs))}
+	for i, j := range e.Jobs {
+		v.Jobs[i] = eventJobView{ID: dispatch.FormatID(j.ID), SubscriptionID: dispatch.FormatID(j.SubscriptionID), Status: j.Status}
 	}
 	return v
 }

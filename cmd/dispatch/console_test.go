@@ -331,6 +331,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	b.shot("10-credentials-rotated")
 
+	// Events and subscriptions (SPEC §10) with the credentials above.
+	consoleEventsAndSubscriptions(t, in, b, credID)
+
 	// A state change without the CSRF token is refused, from the page and
 	// from anywhere else holding the cookie.
 	if code := eval[int](b, `fetch('/api/dispatch/jobs/`+target+`/replay', {method: 'POST'}).then(r => r.status)`); code != http.StatusForbidden {

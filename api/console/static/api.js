@@ -66,4 +66,5 @@ export async function logout() {
 
 export const get = (path) => call('GET', path);
 export const post = (path, body) => call('POST', path, body);
+export const patch = (path, body) => call('PATCH', path, body);
 export const del = (path) => call('DELETE', path);

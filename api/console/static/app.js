@@ -3,6 +3,7 @@ import * as api from './api.js';
 import { overviewPage } from './pages/overview.js';
 import { jobsPage, jobPage, deadLettersPage } from './pages/jobs.js';
 import { credentialsPage } from './pages/credentials.js';
+import { subscriptionsPage, subscriptionPage, eventsPage, eventPage } from './pages/events.js';
 
 const app = document.getElementById('app');
 
@@ -10,6 +11,8 @@ const nav = [
   { path: 'overview', label: 'Overview', page: overviewPage },
   { path: 'jobs', label: 'Jobs', page: jobsPage },
   { path: 'dead-letters', label: 'Dead letters', page: deadLettersPage },
+  { path: 'events', label: 'Events', page: eventsPage },
+  { path: 'subscriptions', label: 'Subscriptions', page: subscriptionsPage },
   { path: 'credentials', label: 'Credentials', page: credentialsPage },
 ];
 
@@ -48,6 +51,8 @@ function route() {
   const { parts, params } = parseHash();
   let page;
   if (parts[0] === 'jobs' && parts[1]) page = (el) => jobPage(el, parts[1]);
+  else if (parts[0] === 'events' && parts[1]) page = (el) => eventPage(el, parts[1]);
+  else if (parts[0] === 'subscriptions' && parts[1]) page = (el) => subscriptionPage(el, parts[1]);
   else page = (nav.find((n) => n.path === parts[0]) || nav[0]).page;
   for (const a of document.querySelectorAll('.nav-link')) {
     a.classList.toggle('active', a.dataset.path === parts[0]);

@@ -1,0 +1,235 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api"
+	"github.com/dispatchhq/dispatch/mediator"
+)
+
+type subscriptionOut struct {
+	ID                 string            `json:"id"`
+	Name               string            `json:"name"`
+	URL                string            `json:"url"`
+	EventTypes         []string          `json:"eventTypes"`
+	Filter             map[string]string `json:"filter"`
+	Headers            map[string]string `json:"headers"`
+	MaxRetries         int               `json:"maxRetries"`
+	RetryStrategy      string            `json:"retryStrategy"`
+	OrderingKey        string            `json:"orderingKey"`
+	RateLimitPerSecond int               `json:"rateLimitPerSecond"`
+	Status             string            `json:"status"`
+	DisabledReason     string            `json:"disabledReason"`
+}
+
+type eventOut struct {
+	ID   string          `json:"id"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"`
+	Jobs []struct {
+		ID             string `json:"id"`
+		SubscriptionID string `json:"subscriptionId"`
+		Status         string `json:"status"`
+	} `json:"jobs"`
+}
+
+// withVerifier gives the API the real verification handshake, allowed to
+// reach loopback receivers.
+func withVerifier(f func() *mediator.Verifier) option {
+	return withConfig(func(c *api.Config) { c.Verifier = lazyVerifier(f) })
+}
+
+// lazyVerifier builds the verifier at first use (the store exists only
+// once setup has made it).
+type lazyVerifier func() *mediator.Verifier
+
+func (l lazyVerifier) Verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	return l().Verify(ctx, id)
+}
+
+// echoReceiver answers the verification handshake when echo is true, and
+// 200 {} otherwise.
+func echoReceiver(t *testing.T, echo bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var m map[string]string
+		_ = json.Unmarshal(b, &m)
+		w.Header().Set("Content-Type", "application/json")
+		if echo {
+			_ = json.NewEncoder(w).Encode(map[string]string{"challenge": m["challenge"]})
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestEventsAndSubscriptionsRoutes exercises every events and subscriptions
+// route through f.do, so each real answer (success and error) is also
+// validated against the OpenAPI document.
+func TestEventsAndSubscriptionsRoutes(t *testing.T) {
+	var f *fixture
+	f = setup(t, withVerifier(func() *mediator.Verifier {
+		sender := mediator.NewSender(mediator.SenderConfig{Timeout: 5 * time.Second, Guard: mediator.Guard{AllowPrivate: true}})
+		return mediator.NewVerifier(f.store, sender, slog.New(slog.DiscardHandler))
+	}))
+	echo, silent := echoReceiver(t, true), echoReceiver(t, false)
+
+	// Create: exact and prefix patterns, every optional field on one.
+	var exact, prefix, invoice subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"orders exact","url":"`+echo+`/a","eventTypes":["order.created"]}`).
+		want(t, http.StatusCreated).decode(t, &exact)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"all orders","url":"`+echo+`/b","eventTypes":["order.*"],
+		"filter":{"region":"eu"},"headers":{"X-Team":"billing"},"maxRetries":3,"retryStrategy":"linear",
+		"orderingKey":"/customerId","rateLimitPerSecond":5}`).want(t, http.StatusCreated).decode(t, &prefix)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"invoices","url":"`+echo+`/c","eventTypes":["invoice.*"]}`).
+		want(t, http.StatusCreated).decode(t, &invoice)
+	if exact.Status != "ACTIVE" || prefix.OrderingKey != "/customerId" || prefix.RateLimitPerSecond != 5 || prefix.Filter["region"] != "eu" {
+		t.Fatalf("created %+v and %+v", exact, prefix)
+	}
+	fields := f.do(t, "POST", "/api/dispatch/subscriptions", `{"url":"ftp://x","eventTypes":["a.*.b"],"rateLimitPerSecond":0,"colour":"red"}`).
+		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	for _, want := range []string{"name", "url", "eventTypes[0]", "rateLimitPerSecond", "colour"} {
+		if !slices.Contains(fields, want) {
+			t.Errorf("bad subscription: fields %v, want %s among them", fields, want)
+		}
+	}
+
+	// The handshake: the echoing endpoint becomes ACTIVE, the other waits
+	// with the reason; enable does not skip the handshake.
+	var verified, pending subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"echoes","url":"`+echo+`/v","eventTypes":["*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &verified)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"silent","url":"`+silent+`/v","eventTypes":["order.created"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &pending)
+	if verified.Status != "ACTIVE" || pending.Status != "PENDING_VERIFICATION" || pending.DisabledReason == "" {
+		t.Fatalf("after the handshake: %+v and %+v", verified, pending)
+	}
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+pending.ID+"/enable", "").errorCode(t, http.StatusConflict, dispatch.EConflict)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+pending.ID+"/verify", "").want(t, http.StatusOK).decode(t, &pending)
+	if pending.Status != "PENDING_VERIFICATION" {
+		t.Fatalf("verify again against a silent endpoint: %s", pending.Status)
+	}
+	f.do(t, "DELETE", "/api/dispatch/subscriptions/"+verified.ID, "").want(t, http.StatusNoContent)
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+verified.ID, "").errorCode(t, http.StatusNotFound, dispatch.ENotFound)
+	f.do(t, "DELETE", "/api/dispatch/subscriptions/"+verified.ID, "").errorCode(t, http.StatusNotFound, dispatch.ENotFound)
+
+	// Read and list.
+	var got subscriptionOut
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+prefix.ID, "").want(t, http.StatusOK).decode(t, &got)
+	if got.Name != "all orders" || got.Headers["X-Team"] != "billing" {
+		t.Fatalf("read back %+v", got)
+	}
+	var list struct {
+		Items      []subscriptionOut `json:"items"`
+		TotalItems int               `json:"totalItems"`
+	}
+	f.do(t, "GET", "/api/dispatch/subscriptions?eventType=order.created&status=ACTIVE&size=10", "").want(t, http.StatusOK).decode(t, &list)
+	if list.TotalItems != 2 {
+		t.Fatalf("ACTIVE subscriptions for order.created: %+v, want exact and prefix", list.Items)
+	}
+	f.do(t, "GET", "/api/dispatch/subscriptions?status=SLEEPY&size=0", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	f.do(t, "GET", "/api/dispatch/subscriptions/abc", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+
+	// Patch: null clears an optional field; a bad patch changes nothing.
+	got = subscriptionOut{}
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+prefix.ID, `{"name":"orders (eu)","rateLimitPerSecond":null,"filter":null}`).
+		want(t, http.StatusOK).decode(t, &got)
+	if got.Name != "orders (eu)" || got.RateLimitPerSecond != 0 || len(got.Filter) != 0 || got.OrderingKey != "/customerId" {
+		t.Fatalf("patched %+v", got)
+	}
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+prefix.ID, `{"name":null,"maxRetries":99}`).errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+prefix.ID, `{"name":"x"}`, contentType("text/plain")).
+		errorCode(t, http.StatusUnsupportedMediaType, dispatch.EMediaType)
+	after := subscriptionOut{}
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+prefix.ID, "").want(t, http.StatusOK).decode(t, &after)
+	if after.Name != "orders (eu)" || after.MaxRetries != 3 {
+		t.Fatalf("a refused patch changed the subscription: %+v", after)
+	}
+
+	// Disable and enable.
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+invoice.ID+"/disable", "").want(t, http.StatusOK).decode(t, &got)
+	if got.Status != "DISABLED" || got.DisabledReason == "" {
+		t.Fatalf("disabled: %+v", got)
+	}
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+invoice.ID+"/enable", "").want(t, http.StatusOK).decode(t, &got)
+	if got.Status != "ACTIVE" {
+		t.Fatalf("enabled: %+v", got)
+	}
+
+	// Publish: two of the subscriptions match; none match → jobs: [];
+	// the same key again → 200 with the same event.
+	var e, again, none eventOut
+	r := f.do(t, "POST", "/api/dispatch/events", `{"source":"shop","type":"order.created","data":{"customerId":"c-1","total":12},"idempotencyKey":"k-1"}`).
+		want(t, http.StatusCreated)
+	r.decode(t, &e)
+	if len(e.Jobs) != 2 {
+		t.Fatalf("order.created made %d jobs, want 2: %s", len(e.Jobs), r.body)
+	}
+	f.do(t, "POST", "/api/dispatch/events", `{"source":"shop","type":"order.created","data":{"customerId":"c-1","total":12},"idempotencyKey":"k-1"}`).
+		want(t, http.StatusOK).decode(t, &again)
+	if again.ID != e.ID || len(again.Jobs) != 2 {
+		t.Fatalf("the same key again: %+v, want event %s", again, e.ID)
+	}
+	r = f.do(t, "POST", "/api/dispatch/events", `{"source":"shop","type":"refund.issued","data":"refund r-9"}`).want(t, http.StatusCreated)
+	r.decode(t, &none)
+	if none.Jobs == nil || len(none.Jobs) != 0 || string(none.Data) != `"refund r-9"` {
+		t.Fatalf("an event nobody subscribes to answers %s, want jobs: [] and the data as given", r.body)
+	}
+	fields = f.do(t, "POST", "/api/dispatch/events", `{"type":"order.*","metadata":{"eventId":"1"}}`).errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	for _, want := range []string{"source", "type", "data", "metadata.eventId"} {
+		if !slices.Contains(fields, want) {
+			t.Errorf("bad event: fields %v, want %s among them", fields, want)
+		}
+	}
+
+	// Read and search events.
+	var read eventOut
+	f.do(t, "GET", "/api/dispatch/events/"+e.ID, "").want(t, http.StatusOK).decode(t, &read)
+	if len(read.Jobs) != 2 || read.Jobs[0].Status == "" {
+		t.Fatalf("read back %+v", read)
+	}
+	var job struct {
+		EventID        string `json:"eventId"`
+		SubscriptionID string `json:"subscriptionId"`
+	}
+	f.do(t, "GET", "/api/dispatch/jobs/"+read.Jobs[0].ID, "").want(t, http.StatusOK).decode(t, &job)
+	if job.EventID != e.ID || job.SubscriptionID != read.Jobs[0].SubscriptionID {
+		t.Fatalf("the event's job says event %q subscription %q", job.EventID, job.SubscriptionID)
+	}
+	f.do(t, "GET", "/api/dispatch/events/1", "").errorCode(t, http.StatusNotFound, dispatch.ENotFound)
+	var events struct {
+		Items []eventOut `json:"items"`
+	}
+	since := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	f.do(t, "GET", "/api/dispatch/events?type=order.created&source=shop&createdAfter="+since, "").want(t, http.StatusOK).decode(t, &events)
+	if len(events.Items) != 1 || events.Items[0].ID != e.ID {
+		t.Fatalf("search order.created from shop: %+v", events.Items)
+	}
+	fields = f.do(t, "GET", "/api/dispatch/events?createdBefore=yesterday&colour=red", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	if !slices.Contains(fields, "createdBefore") || !slices.Contains(fields, "colour") {
+		t.Errorf("bad search: fields %v", fields)
+	}
+	f.do(t, "GET", "/api/dispatch/events", "", bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
+}
+
+// TestVerifyWithoutVerifier: a process that cannot deliver answers 503.
+func TestVerifyWithoutVerifier(t *testing.T) {
+	f := setup(t)
+	var s subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["*"]}`).
+		want(t, http.StatusCreated).decode(t, &s)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+s.ID+"/verify", "").errorCode(t, http.StatusServiceUnavailable, dispatch.EUnavailable)
+}
