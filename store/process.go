@@ -184,40 +184,127 @@ func insertAttempt(ctx context.Context, tx pgx.Tx, id int64, a dispatch.Attempt,
 // (status IN_PROGRESS, same attempt number); the attempt row is written
 // either way, replacing a stale-claim placeholder, so no attempt is lost.
 // It reports whether the job took the new state.
+//
+// Concurrent calls are committed together (group commit): one statement
+// and one transaction for every attempt that arrived while the previous
+// batch ran, each caller still returning only once its own row is
+// committed.
 func (s *Store) FinishAttempt(ctx context.Context, a dispatch.Attempt, o dispatch.Transition) (bool, error) {
-	var completedAt *time.Time
-	if o.Status.Terminal() {
-		completedAt = &a.CompletedAt
+	return s.finishes.do(finishReq{ctx: ctx, a: a, o: o, id: s.NewID()})
+}
+
+type finishReq struct {
+	ctx context.Context
+	a   dispatch.Attempt
+	o   dispatch.Transition
+	id  int64 // the attempt row's id
+}
+
+// finishBatch writes a batch of attempts and transitions in one statement.
+// Should it fail, each is tried alone, so one bad row cannot fail the rest.
+func (s *Store) finishBatch(batch []*pending[finishReq, bool]) {
+	// A job's attempt may appear once per statement (ON CONFLICT cannot
+	// touch a row twice): repeats go alone.
+	seen := make(map[[2]int64]bool, len(batch))
+	var together, alone []*pending[finishReq, bool]
+	for _, p := range batch {
+		k := [2]int64{p.req.a.JobID, int64(p.req.a.AttemptNumber)}
+		if seen[k] {
+			alone = append(alone, p)
+			continue
+		}
+		seen[k] = true
+		together = append(together, p)
 	}
-	var code *int
-	if a.ResponseCode != 0 {
-		code = &a.ResponseCode
+	if len(together) == 1 {
+		alone = append(alone, together[0])
+	} else if err := s.finishMany(together); err != nil {
+		alone = append(alone, together...)
 	}
-	// One statement, so one implicit transaction: the attempt row (replacing
-	// a stale-claim placeholder) and the job's transition commit together.
-	tag, err := s.pool.Exec(ctx, `
-		WITH attempt AS (
+	for _, p := range alone {
+		if err := s.finishMany([]*pending[finishReq, bool]{p}); err != nil {
+			p.err = fmt.Errorf("store: finish attempt %d of job %d: %w", p.req.a.AttemptNumber, p.req.a.JobID, err)
+		}
+	}
+}
+
+// finishMany is the statement: the attempt rows (replacing stale-claim
+// placeholders) and the jobs' transitions, in one implicit transaction. It
+// sets each item's result: whether its job took the new state.
+func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
+	n := len(batch)
+	var (
+		jobIDs, attemptIDs, durations       = make([]int64, n), make([]int64, n), make([]int64, n)
+		numbers                             = make([]int32, n)
+		codes                               = make([]*int32, n)
+		statuses, attemptStatuses           = make([]string, n), make([]string, n)
+		lastErrors, bodies, errMsgs         = make([]*string, n), make([]*string, n), make([]*string, n)
+		nextAts, attemptedAts, completedAts = make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		jobCompletedAts                     = make([]*time.Time, n)
+	)
+	for i, p := range batch {
+		a, o := p.req.a, p.req.o
+		jobIDs[i], attemptIDs[i], numbers[i] = a.JobID, p.req.id, int32(a.AttemptNumber)
+		durations[i] = a.CompletedAt.Sub(a.AttemptedAt).Milliseconds()
+		if a.ResponseCode != 0 {
+			c := int32(a.ResponseCode)
+			codes[i] = &c
+		}
+		statuses[i], attemptStatuses[i] = string(o.Status), string(a.Status)
+		lastErrors[i], bodies[i], errMsgs[i] = nullStr(o.LastError), nullStr(a.ResponseBody), nullStr(a.ErrorMessage)
+		if !o.NextAttemptAt.IsZero() {
+			t := o.NextAttemptAt
+			nextAts[i] = &t
+		}
+		attemptedAts[i], completedAts[i] = a.AttemptedAt, a.CompletedAt
+		if o.Status.Terminal() {
+			t := a.CompletedAt
+			jobCompletedAts[i] = &t
+		}
+	}
+	// The leader's context carries the batch, without its cancellation:
+	// the others are waiting on this statement too.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		WITH input AS (
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
+				$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
+				$13::timestamptz[], $14::timestamptz[])
+				AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
+					attempt_status, response_code, response_body, error_message, status, last_error,
+					next_attempt_at, job_completed_at)
+		), attempt AS (
 			INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
 				duration_millis, status, response_code, response_body, error_message)
-			VALUES ($8, $1, $2, $9, $7, $10, $11, $12, $13, $14)
+			SELECT attempt_id, job_id, attempt_number, attempted_at, completed_at, duration_millis,
+				attempt_status, response_code, response_body, error_message FROM input
 			ON CONFLICT (job_id, attempt_number) DO UPDATE SET attempted_at = EXCLUDED.attempted_at,
 				completed_at = EXCLUDED.completed_at, duration_millis = EXCLUDED.duration_millis,
 				status = EXCLUDED.status, response_code = EXCLUDED.response_code,
 				response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message
 		)
-		UPDATE dispatch_job SET status = $3, last_error = $4, next_attempt_at = $5,
-			completed_at = $6::timestamptz,
-			duration_millis = (extract(epoch FROM ($6::timestamptz - created_at)) * 1000)::bigint,
-			claimed_until = NULL, updated_at = $7
-		WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt_count = $2`,
-		a.JobID, a.AttemptNumber, string(o.Status), nullStr(o.LastError), o.NextAttemptAt,
-		completedAt, a.CompletedAt, s.NewID(), a.AttemptedAt, a.CompletedAt.Sub(a.AttemptedAt).Milliseconds(),
-		string(a.Status), code, nullStr(a.ResponseBody), nullStr(a.ErrorMessage))
-	applied := err == nil && tag.RowsAffected() == 1
+		UPDATE dispatch_job j SET status = i.status, last_error = i.last_error,
+			next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),
+			completed_at = i.job_completed_at,
+			duration_millis = (extract(epoch FROM (i.job_completed_at - j.created_at)) * 1000)::bigint,
+			claimed_until = NULL, updated_at = i.completed_at
+		FROM input i
+		WHERE j.id = i.job_id AND j.status = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+		RETURNING j.id`,
+		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
+		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts)
 	if err != nil {
-		return false, fmt.Errorf("store: finish attempt %d of job %d: %w", a.AttemptNumber, a.JobID, err)
+		return err
 	}
-	return applied, nil
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	for _, p := range batch {
+		p.res = slices.Contains(applied, p.req.a.JobID)
+	}
+	return nil
 }
 
 // Unclaim gives back a claim without spending an attempt (the circuit

@@ -53,6 +53,8 @@ type Store struct {
 	// afterCredentialsRead runs between a cache miss's read and its cache
 	// write (tests only: it lets a test put an invalidation in between).
 	afterCredentialsRead func()
+
+	finishes groupCommit[finishReq, bool] // FinishAttempt's group commit
 }
 
 // New returns a Store over an open pool.
@@ -71,7 +73,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// No janitor goroutine (cleanup interval 0): it would outlive the
 	// Store with no owner. Expired entries are never served, and there are
 	// only as many as there are credentials.
-	return &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}, nil
+	s := &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}
+	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch}
+	return s, nil
 }
 
 // Connect opens a pgx pool. Unless DATABASE_URL sets pool_max_conns, the

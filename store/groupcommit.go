@@ -1,0 +1,70 @@
+package store
+
+import "sync"
+
+// groupCommit runs requests that arrive together as one batch: one
+// statement, one transaction, one round trip for many callers, each of which
+// still waits for its own result. There is no background goroutine and no
+// timer: the first caller to find no batch running becomes the leader and
+// runs whatever is pending (itself included); requests that arrive while a
+// batch runs wait, and the first of them leads the next batch. So a lone
+// request runs at once, and under load batches grow by themselves.
+type groupCommit[Req, Res any] struct {
+	max  int                              // largest batch
+	exec func(batch []*pending[Req, Res]) // sets every item's res and err
+
+	mu      sync.Mutex
+	queue   []*pending[Req, Res]
+	running bool
+}
+
+type pending[Req, Res any] struct {
+	req  Req
+	res  Res
+	err  error
+	done chan struct{} // closed when res and err are set
+	lead chan struct{} // signalled when this request is to lead the next batch
+}
+
+func (g *groupCommit[Req, Res]) do(req Req) (Res, error) {
+	p := &pending[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, p)
+	if g.running {
+		g.mu.Unlock()
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case <-p.lead:
+		}
+	} else {
+		g.running = true
+		g.mu.Unlock()
+	}
+	g.runBatch()
+	<-p.done
+	return p.res, p.err
+}
+
+// runBatch executes up to max pending requests, then hands the lead to the
+// oldest request still waiting, if any.
+func (g *groupCommit[Req, Res]) runBatch() {
+	g.mu.Lock()
+	n := min(len(g.queue), g.max)
+	batch := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+
+	g.exec(batch)
+	for _, p := range batch {
+		close(p.done)
+	}
+
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		g.queue[0].lead <- struct{}{}
+	} else {
+		g.running = false
+	}
+	g.mu.Unlock()
+}
