@@ -72,3 +72,62 @@ func TestFinishAttemptConcurrentCallsEachGetTheirOwnOutcome(t *testing.T) {
 		}
 	}
 }
+
+// Claims arriving together share one statement and still exclude each
+// other: of eight concurrent claims of one job exactly one wins, every other
+// job is claimed once, and of two jobs of one group only the earlier is.
+func TestClaimJobConcurrentClaimsShareAStatementAndStayExclusive(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	var ids []int64
+	for range 30 {
+		ids = append(ids, createJob(t, st).ID)
+	}
+	contested := createJob(t, st).ID
+	first := createJob(t, st, withGroup("g")).ID
+	second := createJob(t, st, withGroup("g")).ID
+	calls := append(append([]int64{}, ids...), first, second)
+	for range 8 {
+		calls = append(calls, contested)
+	}
+	states := make([]dispatch.ClaimState, len(calls))
+	var wg sync.WaitGroup
+	for i, id := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := st.ClaimJob(t.Context(), id, t0, time.Minute)
+			if err != nil {
+				t.Errorf("claim %d: %v", id, err)
+			}
+			states[i] = c.State
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for i, id := range calls {
+		switch {
+		case id == contested:
+			if states[i] == dispatch.Claimed {
+				wins++
+			} else if states[i] != dispatch.ClaimBusy {
+				t.Errorf("a losing claim of the contested job is %v, want ClaimBusy", states[i])
+			}
+		case id == second:
+			if states[i] != dispatch.ClaimBlocked {
+				t.Errorf("the group's second job: %v, want ClaimBlocked (its first is live)", states[i])
+			}
+		default:
+			if states[i] != dispatch.Claimed {
+				t.Errorf("job %d: %v, want Claimed", id, states[i])
+			}
+		}
+	}
+	if wins != 1 {
+		t.Errorf("the contested job was claimed %d times, want exactly once", wins)
+	}
+	if got := getJob(t, st, contested); got.AttemptCount != 1 {
+		t.Errorf("the contested job has %d attempts counted, want 1", got.AttemptCount)
+	}
+}

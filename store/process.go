@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,27 +22,18 @@ import (
 // order the queue hands pointers out in. A stale claim's lost attempt is
 // recorded as TIMEOUT, since its outcome is unknown.
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
-	// Fast path, one statement: a due PENDING/FAILED job with attempts left,
-	// not expired, and no unfinished earlier job in its group.
-	c := dispatch.Claim{State: dispatch.Claimed}
-	var err error
-	c.Job, err = scanJob(s.pool.QueryRow(ctx, `
-		UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-			last_attempt_at = $2, claimed_until = $3, updated_at = $2
-		WHERE id = $1 AND status IN ('PENDING', 'FAILED') AND attempt_count < max_retries
-			AND (expires_at IS NULL OR expires_at > $2) AND next_attempt_at <= $4
-			AND (group_id IS NULL OR NOT EXISTS (
-				SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
-					AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
-		RETURNING `+jobColumns, id, now, now.Add(lease), now.Add(time.Second)))
-	if err == nil {
-		return c, nil
+	// Fast path, one statement shared with the claims arriving at the same
+	// time (group commit): a due PENDING/FAILED job with attempts left, not
+	// expired, and no unfinished earlier job in its group.
+	r, err := s.claims.do(claimReq{ctx: ctx, id: id, now: now, until: now.Add(lease)})
+	if err != nil {
+		return dispatch.Claim{}, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return c, fmt.Errorf("store: claim job %d: %w", id, err)
+	if r.claimed {
+		return dispatch.Claim{State: dispatch.Claimed, Job: r.job}, nil
 	}
 	// Anything else is decided under a row lock: why not, and what then.
-	c = dispatch.Claim{}
+	c := dispatch.Claim{}
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -116,6 +108,91 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	return c, nil
+}
+
+type claimReq struct {
+	ctx        context.Context
+	id         int64
+	now, until time.Time
+}
+
+type claimRes struct {
+	job     dispatch.Job
+	claimed bool
+}
+
+// claimBatch runs the fast path for a batch of claims. A job claimed twice
+// in one batch (two copies of its pointer) goes alone, after the others: the
+// second then finds it taken. Should the statement fail, each is tried alone.
+func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
+	seen := make(map[int64]bool, len(batch))
+	var together, alone []*pending[claimReq, claimRes]
+	for _, p := range batch {
+		if seen[p.req.id] {
+			alone = append(alone, p)
+			continue
+		}
+		seen[p.req.id] = true
+		together = append(together, p)
+	}
+	if err := s.claimMany(together); err != nil {
+		if len(together) == 1 {
+			together[0].err = err
+		} else {
+			alone = append(together, alone...)
+		}
+	}
+	for _, p := range alone {
+		if p.err == nil && !p.res.claimed {
+			p.err = s.claimMany([]*pending[claimReq, claimRes]{p})
+		}
+	}
+}
+
+// claimMany is the fast-path statement for a batch of distinct jobs.
+func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
+	n := len(batch)
+	ids := make([]int64, n)
+	nows, untils, dues := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	for i, p := range batch {
+		ids[i], nows[i], untils[i], dues[i] = p.req.id, p.req.now, p.req.until, p.req.now.Add(time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
+			last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow
+		FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
+		WHERE j.id = i.cid AND j.status IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
+			AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
+			AND (j.group_id IS NULL OR NOT EXISTS (
+				SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+					AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
+		RETURNING `+qualified("j", jobColumns), ids, nows, untils, dues)
+	if err != nil {
+		return err
+	}
+	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	if err != nil {
+		return err
+	}
+	byID := make(map[int64]dispatch.Job, len(claimed))
+	for _, j := range claimed {
+		byID[j.ID] = j
+	}
+	for _, p := range batch {
+		p.res.job, p.res.claimed = byID[p.req.id]
+	}
+	return nil
+}
+
+// qualified prefixes every column of a comma-separated list with alias.
+func qualified(alias, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stepAside takes a blocked job's pointer out of the queue: the job is

@@ -54,7 +54,8 @@ type Store struct {
 	// write (tests only: it lets a test put an invalidation in between).
 	afterCredentialsRead func()
 
-	finishes groupCommit[finishReq, bool] // FinishAttempt's group commit
+	finishes groupCommit[finishReq, bool]    // FinishAttempt's group commit
+	claims   groupCommit[claimReq, claimRes] // ClaimJob's fast path, likewise
 }
 
 // New returns a Store over an open pool.
@@ -75,6 +76,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// only as many as there are credentials.
 	s := &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}
 	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch}
+	s.claims = groupCommit[claimReq, claimRes]{max: 64, exec: s.claimBatch}
 	return s, nil
 }
 

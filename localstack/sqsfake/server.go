@@ -30,6 +30,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -151,9 +152,21 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ae)
 		return
 	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		writeError(w, &apiError{status: 500, code: "InternalError", query: "InternalError;Receiver", message: "internal error"})
+		return
+	}
+	// A whole body with its length, as SQS answers: no chunked encoding for
+	// the client to wait on after the JSON.
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.Header().Set("X-Amzn-Requestid", newID())
-	_ = json.NewEncoder(w).Encode(out)
+	if _, err := w.Write(b); err != nil {
+		// For a receive, its messages are now in flight with no one to
+		// handle them: they come back when their visibility timeout ends.
+		s.log.Warn("sqsfake: could not write the answer; the client has gone", "op", name, "err", err)
+	}
 }
 
 // apiError is an SQS error as the JSON protocol carries it.
