@@ -181,14 +181,32 @@ sqs_recorded_pid() {
   echo "$pid"
 }
 
+# True when cmd/sqsfake, built from this checkout now, differs from the
+# binary the recorded stand-in runs (Go builds are reproducible).
+sqs_stale() {
+  command -v go >/dev/null 2>&1 || return 1
+  (cd "$ROOT" && go build -o "$SQS_BIN.new" ./cmd/sqsfake) >/dev/null 2>&1 || { rm -f "$SQS_BIN.new"; return 1; }
+  if cmp -s "$SQS_BIN.new" "$SQS_BIN"; then
+    rm -f "$SQS_BIN.new"
+    return 1
+  fi
+  rm -f "$SQS_BIN.new"
+  return 0
+}
+
 sqs_up() {
   command -v curl >/dev/null 2>&1 || die "sqs: curl not found (apt-get install curl)"
+  local pid
   if sqs_answers; then
-    log "sqs: already answering on 127.0.0.1:$SQS_PORT"
-    return 0
+    if pid="$(sqs_recorded_pid)" && sqs_stale; then
+      log "sqs: the stand-in we started (pid $pid) runs an older build of cmd/sqsfake; restarting it"
+      sqs_down
+    else
+      log "sqs: already answering on 127.0.0.1:$SQS_PORT"
+      return 0
+    fi
   fi
   mkdir -p "$DEV_DIR"
-  local pid
   if pid="$(sqs_recorded_pid)"; then
     die "sqs: a stand-in started earlier (pid $pid, see $SQS_PID_FILE) is running but does not answer on port $SQS_PORT; run '$0 down' first"
   fi

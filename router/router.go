@@ -236,8 +236,19 @@ func (r *Router) visibilityTimeout(ctx context.Context) (time.Duration, error) {
 // succeeded. A router with every slot busy does not receive, and is ready.
 func (r *Router) Ready() bool { return r.queueOK.Load() }
 
+// receiveAttemptLife is how long the router retries a failed receive under
+// one ReceiveRequestAttemptId (SQS honours one for five minutes).
+const receiveAttemptLife = 4 * time.Minute
+
 func (r *Router) receive(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	// A receive whose answer is lost leaves its messages in flight on the
+	// queue. Until a receive succeeds, every try carries the same attempt
+	// id, so that a FIFO queue hands those messages to the retry rather
+	// than holding them for their visibility timeout. SQS honours an id for
+	// five minutes; a new one is taken well before that.
+	var attempt string
+	var attemptAt time.Time
 	for ctx.Err() == nil {
 		room := r.room()
 		if room <= 0 {
@@ -247,12 +258,19 @@ func (r *Router) receive(ctx context.Context) {
 			}
 			continue
 		}
+		if attempt == "" || time.Since(attemptAt) > receiveAttemptLife {
+			attempt, attemptAt = NewReceiveAttempt(), time.Now()
+		}
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.ReceiveWait+15*time.Second)
-		msgs, err := r.q.Receive(pollCtx, min(10, room), r.cfg.ReceiveWait, 0)
+		msgs, err := r.q.Receive(pollCtx, min(10, room), r.cfg.ReceiveWait, 0, attempt)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, ErrReceiveAttemptVoid) {
+				attempt = "" // what it handed out has moved on; receive afresh
+				continue
 			}
 			r.queueOK.Store(false)
 			r.log.Warn("receive failed; retrying", "err", err, "backoff", backoff.String())
@@ -260,6 +278,7 @@ func (r *Router) receive(ctx context.Context) {
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
+		attempt = ""
 		backoff = 100 * time.Millisecond
 		r.queueOK.Store(true)
 		var held []*message

@@ -139,7 +139,7 @@ func TestShutdownReleasesMessagesNotStarted(t *testing.T) {
 	// not after the queue's 30s timeout; the finished one was deleted.
 	var got []string
 	eventually(t, 5*time.Second, func() bool {
-		msgs, err := b.rq.Receive(context.Background(), 10, 0, 0)
+		msgs, err := b.rq.Receive(context.Background(), 10, 0, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}

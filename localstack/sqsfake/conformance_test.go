@@ -983,3 +983,57 @@ func TestManyMessages(t *testing.T) {
 		t.Fatalf("20 receives with %d queued returned %d messages", n, got)
 	}
 }
+
+// SQS FIFO: "If a networking issue occurs after a ReceiveMessage action, and
+// instead of a response you receive a generic error, it is possible to
+// retry the same action with an identical ReceiveRequestAttemptId to
+// retrieve the same set of messages, even if their visibility timeout has
+// not yet expired." The retry returns the same messages and receipt
+// handles; once one of them was deleted (or its visibility changed) the id
+// is refused with InvalidParameterValue.
+func TestReceiveRequestAttemptIdRetrievesALostAnswer(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.fifo(t, nil)
+	for _, b := range []string{"m1", "m2", "m3"} {
+		e.send(t, url, "g", b, b)
+	}
+	e.send(t, url, "h", "h1", "h1")
+	receive := func(attempt string, max int32) ([]types.Message, error) {
+		out, err := e.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: max, WaitTimeSeconds: 1,
+			ReceiveRequestAttemptId: aws.String(attempt),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out.Messages, nil
+	}
+	first, err := receive("attempt-1", 3)
+	if err != nil || fmt.Sprint(bodies(first)) != "[m1 m2 m3]" {
+		t.Fatalf("first receive got %v, %v; want [m1 m2 m3]", bodies(first), err)
+	}
+	// The answer was "lost": retry with the same id.
+	again, err := receive("attempt-1", 3)
+	if err != nil {
+		t.Fatalf("retry with the same ReceiveRequestAttemptId: %v", err)
+	}
+	if fmt.Sprint(bodies(again)) != "[m1 m2 m3]" {
+		t.Fatalf("retry got %v, want the same [m1 m2 m3]", bodies(again))
+	}
+	for i := range first {
+		if aws.ToString(again[i].ReceiptHandle) != aws.ToString(first[i].ReceiptHandle) {
+			t.Errorf("retry gave %s another receipt handle", aws.ToString(again[i].Body))
+		}
+	}
+	// A new attempt id is a new receive: group g is in flight, h1 is next.
+	other, err := receive("attempt-2", 10)
+	if err != nil || fmt.Sprint(bodies(other)) != "[h1]" {
+		t.Fatalf("a receive with another attempt id got %v, %v; want [h1]", bodies(other), err)
+	}
+	// Once a message of the attempt is deleted, the attempt cannot be retried.
+	e.del(t, url, first[0])
+	if _, err := receive("attempt-1", 3); errorCode(err) != "InvalidParameterValue" {
+		t.Fatalf("retry after a delete: err %v, want InvalidParameterValue", err)
+	}
+}

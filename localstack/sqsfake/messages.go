@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -235,9 +236,18 @@ func (s *Server) receiveMessage(r *http.Request, body []byte) (any, error) {
 	}
 	q.mu.Unlock()
 
-	msgs, err := q.receive(r.Context(), max, wait, visibility, s.now, func(m *message) receivedMessage {
-		return q.render(m, sys, in.MessageAttributeNames)
-	})
+	attempt := ""
+	if q.fifo && in.ReceiveRequestAttemptId != "" {
+		attempt = in.ReceiveRequestAttemptId
+		if !groupIDRE.MatchString(attempt) {
+			return nil, invalid("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: 1 to 128 alphanumeric or punctuation characters.", truncate(attempt, 64))
+		}
+	}
+	render := func(m *message) receivedMessage { return q.render(m, sys, in.MessageAttributeNames) }
+	msgs, err := q.receive(r.Context(), max, wait, visibility, attempt, s.now, render)
+	if errors.Is(err, errAttemptVoid) {
+		return nil, invalid("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.", truncate(attempt, 64))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +260,10 @@ func (s *Server) receiveMessage(r *http.Request, body []byte) (any, error) {
 // It returns as soon as at least one message is available, as SQS long
 // polling does. Messages are taken only while the client still waits, so a
 // client that hung up takes none.
-func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Duration, now func() time.Time,
+//
+// A retry of an earlier receive with the same attempt id (FIFO) answers
+// what that receive handed out, at once: see retake.
+func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Duration, attempt string, now func() time.Time,
 	render func(*message) receivedMessage) ([]receivedMessage, error) {
 	deadline := time.Now().Add(wait)
 	var timer *time.Timer
@@ -270,13 +283,23 @@ func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Dura
 			return nil, nil
 		}
 		t := now()
+		if attempt != "" {
+			msgs, ok, err := q.retake(attempt, visibility, t)
+			if err != nil {
+				q.mu.Unlock()
+				return nil, err
+			}
+			if ok {
+				out := renderAll(msgs, render)
+				q.mu.Unlock()
+				return out, nil
+			}
+		}
 		msgs := q.take(max, visibility, t)
+		q.remember(attempt, msgs, t)
 		left := time.Until(deadline)
 		if len(msgs) > 0 || left <= 0 {
-			out := make([]receivedMessage, len(msgs))
-			for i, m := range msgs {
-				out[i] = render(m)
-			}
+			out := renderAll(msgs, render)
 			q.mu.Unlock()
 			return out, nil
 		}
@@ -300,6 +323,14 @@ func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Dura
 			return nil, nil
 		}
 	}
+}
+
+func renderAll(msgs []*message, render func(*message) receivedMessage) []receivedMessage {
+	out := make([]receivedMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = render(m)
+	}
+	return out
 }
 
 func max64(a, b time.Duration) time.Duration {

@@ -2,6 +2,7 @@ package sqsfake
 
 import (
 	"container/heap"
+	"errors"
 	"maps"
 	"strconv"
 	"sync"
@@ -50,6 +51,9 @@ type queue struct {
 	dedup  map[string]dedupRecord
 	dedupQ []dedupKey // in expiry order
 
+	attempts  map[string]*receiveAttempt // by ReceiveRequestAttemptId (FIFO)
+	attemptsQ []dedupKey                 // in expiry order
+
 	total, inflight, delayed int
 
 	signal chan struct{} // closed (and replaced) when a receive may find something
@@ -82,6 +86,14 @@ type dedupRecord struct {
 	seq uint64
 }
 
+// receiveAttempt is what a FIFO receive with a ReceiveRequestAttemptId
+// handed out, so that a retry of it (its answer was lost) gets the same
+// messages and receipt handles back.
+type receiveAttempt struct {
+	msgs     []*message
+	versions []int // each message's version when handed out: a change since voids the attempt
+}
+
 type dedupKey struct {
 	key string
 	at  time.Time
@@ -92,7 +104,8 @@ func newQueue(name string, fifo bool, attrs, tags map[string]string, now time.Ti
 		name: name, arn: "arn:aws:sqs:" + Region + ":" + AccountID + ":" + name, fifo: fifo,
 		created: now, modified: now, attrs: attrs, tags: maps.Clone(tags),
 		byID: map[string]*message{}, groups: map[string]*group{}, dedup: map[string]dedupRecord{},
-		signal: make(chan struct{}),
+		attempts: map[string]*receiveAttempt{},
+		signal:   make(chan struct{}),
 	}
 	if q.tags == nil {
 		q.tags = map[string]string{}
@@ -211,6 +224,55 @@ func (q *queue) expire(now time.Time) {
 		delete(q.dedup, q.dedupQ[0].key)
 		q.dedupQ = q.dedupQ[1:]
 	}
+	for len(q.attemptsQ) > 0 && !q.attemptsQ[0].at.Add(dedupWindow).After(now) {
+		delete(q.attempts, q.attemptsQ[0].key)
+		q.attemptsQ = q.attemptsQ[1:]
+	}
+}
+
+// errAttemptVoid answers a retried receive whose messages changed since.
+var errAttemptVoid = errors.New("attempt void")
+
+// retake answers a receive retried with a known ReceiveRequestAttemptId:
+// the same messages, with the same receipt handles, their visibility
+// timeout started again. ok is false when the id is unknown (or expired).
+// As in SQS, the retry is refused once any of those messages was deleted,
+// had its visibility changed or became visible again. Callers hold q.mu.
+func (q *queue) retake(id string, visibility time.Duration, now time.Time) (msgs []*message, ok bool, err error) {
+	q.expire(now)
+	a := q.attempts[id]
+	if a == nil {
+		return nil, false, nil
+	}
+	for i, m := range a.msgs {
+		if m.gone || !m.inflight || m.version != a.versions[i] {
+			return nil, true, errAttemptVoid
+		}
+	}
+	for i, m := range a.msgs {
+		m.version++
+		m.visibleAt = now.Add(visibility)
+		heap.Push(&q.wake, wakeEntry{at: m.visibleAt, m: m, version: m.version})
+		a.versions[i] = m.version
+	}
+	return a.msgs, true, nil
+}
+
+// remember records what a receive with a ReceiveRequestAttemptId handed
+// out, for five minutes. An empty answer is not recorded: a retry of it
+// simply receives. Callers hold q.mu.
+func (q *queue) remember(id string, msgs []*message, now time.Time) {
+	if id == "" || len(msgs) == 0 || !q.fifo {
+		return
+	}
+	a := &receiveAttempt{msgs: msgs, versions: make([]int, len(msgs))}
+	for i, m := range msgs {
+		a.versions[i] = m.version
+	}
+	if _, seen := q.attempts[id]; !seen {
+		q.attemptsQ = append(q.attemptsQ, dedupKey{key: id, at: now})
+	}
+	q.attempts[id] = a
 }
 
 // nextWake is when time alone may next make a message visible (zero: never).

@@ -1,0 +1,94 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// losingProxy forwards SQS calls to the stand-in, but cuts the connection
+// instead of passing on the first `lose` ReceiveMessage answers that carry
+// messages: the queue has handed them out, the router never sees them.
+func losingProxy(t *testing.T, upstream string, lose int32) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var lost atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.Path, bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" && bytes.Contains(answer, []byte(`"Messages"`)) &&
+			lost.Add(1) <= lose {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}))
+	t.Cleanup(ts.Close)
+	return ts, &lost
+}
+
+// A ReceiveMessage answer lost on the way (the connection breaks after SQS
+// handed the messages out) used to leave its messages invisible for the
+// queue's whole visibility timeout. The router retries under the same
+// ReceiveRequestAttemptId, so the FIFO queue hands the same messages to
+// the retry at once. Here the answer is lost three times (the SDK's own
+// retries, then the router's), and the messages still arrive well inside
+// the 60 s visibility timeout.
+func TestLostReceiveAnswerIsRecoveredAtOnce(t *testing.T) {
+	q := sqstest.New(t, 60*time.Second)
+	proxy, lost := losingProxy(t, q.Endpoint, 3)
+	cfg := q.Config()
+	cfg.Endpoint = proxy.URL
+	rq, err := router.OpenQueue(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	med := &fakeMediator{}
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 4}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{q: q, rq: q.Open(t), med: med}
+	b.send(t, "g", 1, 2, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	eventually(t, 20*time.Second, func() bool { return len(med.seen()) == 3 },
+		"the three messages of a lost receive answer are mediated (without the attempt id they wait out the 60 s visibility timeout)")
+	if got := med.seen(); got[0] != "1" || got[1] != "2" || got[2] != "3" {
+		t.Errorf("mediated %v, want [1 2 3]", got)
+	}
+	if n := lost.Load(); n < 3 {
+		t.Fatalf("the proxy cut %d answers, want 3: the test did not exercise a lost answer", n)
+	}
+}
