@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,75 @@ func TestClaimJobConcurrentClaimsShareAStatementAndStayExclusive(t *testing.T) {
 	}
 	if got := getJob(t, st, contested); got.AttemptCount != 1 {
 		t.Errorf("the contested job has %d attempts counted, want 1", got.AttemptCount)
+	}
+}
+
+// Creates that arrive together are stored with one statement, and each
+// caller still gets its own job; callers sharing an idempotency key get
+// the one job that holds it, created once, whichever batch they landed in.
+func TestCreateJobConcurrentCallsEachGetTheirOwnJob(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	const n = 80
+	type result struct {
+		job     dispatch.Job
+		created bool
+		err     error
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j := newJob(func(j *dispatch.Job) {
+				j.Payload = fmt.Sprintf(`{"n":%d}`, i)
+				if i%4 == 0 {
+					j.IdempotencyKey = "shared"
+				} else {
+					j.IdempotencyKey = fmt.Sprintf("own-%d", i)
+				}
+			})
+			r := &results[i]
+			r.job, r.created, r.err = st.CreateJob(t.Context(), j)
+		}()
+	}
+	wg.Wait()
+	var sharedID int64
+	sharedCreated := 0
+	ids := map[int64]bool{}
+	for i, r := range results {
+		if r.err != nil {
+			t.Fatalf("create %d: %v", i, r.err)
+		}
+		if i%4 == 0 {
+			if sharedID == 0 {
+				sharedID = r.job.ID
+			}
+			if r.job.ID != sharedID {
+				t.Errorf("create %d with the shared key got job %d, another got %d", i, r.job.ID, sharedID)
+			}
+			if r.created {
+				sharedCreated++
+			}
+			continue
+		}
+		if !r.created || r.job.Payload != fmt.Sprintf(`{"n":%d}`, i) || r.job.IdempotencyKey != fmt.Sprintf("own-%d", i) {
+			t.Errorf("create %d: created %v, payload %s, key %s: not its own job", i, r.created, r.job.Payload, r.job.IdempotencyKey)
+		}
+		if ids[r.job.ID] {
+			t.Errorf("create %d got job %d, which another create got too", i, r.job.ID)
+		}
+		ids[r.job.ID] = true
+	}
+	if sharedCreated != 1 {
+		t.Errorf("%d creates with the shared key report created, want exactly 1", sharedCreated)
+	}
+	var stored int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM dispatch_job`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if want := n - n/4 + 1; stored != want {
+		t.Errorf("%d jobs stored, want %d", stored, want)
 	}
 }

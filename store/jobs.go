@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -72,109 +73,231 @@ func nullInt(n int64) *int64 {
 
 // CreateJob stores a new PENDING job and returns it with created=true, or,
 // when its idempotency key is already taken, the existing job with
-// created=false and nothing written. One INSERT … ON CONFLICT statement is
-// atomic by itself, so no explicit transaction is needed.
+// created=false and nothing written.
+//
+// Creates that arrive together are written together (group commit): one
+// INSERT … SELECT FROM unnest(…) statement, one transaction and one WAL
+// flush for all of them, each caller returning only once its own row is
+// committed. Should that statement fail, each job is tried alone, so one
+// bad row cannot fail the others.
 func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error) {
-	return s.insertJob(ctx, s.pool, j)
+	if err := s.checkCredentials(ctx, j.CredentialsID); err != nil {
+		return dispatch.Job{}, false, err
+	}
+	r, err := s.creates.do(createReq{ctx: ctx, job: j})
+	return r.job, r.created, err
 }
 
-// CreateJobs stores a batch in one transaction: all valid jobs or none.
+type createReq struct {
+	ctx context.Context
+	job *dispatch.Job
+}
+
+type createRes struct {
+	job     dispatch.Job
+	created bool
+}
+
+func (s *Store) createBatch(batch []*pending[createReq, createRes]) {
+	jobs := make([]*dispatch.Job, len(batch))
+	for i, p := range batch {
+		jobs[i] = p.req.job
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
+	defer cancel()
+	out, created, err := s.insertJobs(ctx, s.pool, jobs)
+	if err == nil {
+		for i, p := range batch {
+			p.res = createRes{job: out[i], created: created[i]}
+		}
+		return
+	}
+	if len(batch) == 1 {
+		batch[0].err = err
+		return
+	}
+	for _, p := range batch {
+		out, created, err := s.insertJobs(p.req.ctx, s.pool, []*dispatch.Job{p.req.job})
+		if err != nil {
+			p.err = err
+			continue
+		}
+		p.res = createRes{job: out[0], created: created[0]}
+	}
+}
+
+// CreateJobs stores a batch with one statement: all valid jobs or none.
 // Nil entries (items rejected earlier) are skipped, so that results and
 // error messages keep the request's indices.
 func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
 	out := make([]dispatch.Job, len(jobs))
 	created := make([]bool, len(jobs))
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		for i, j := range jobs {
-			if j == nil {
-				continue
-			}
-			var err error
-			if out[i], created[i], err = s.insertJob(ctx, tx, j); err != nil {
-				var de *dispatch.Error
-				if errors.As(err, &de) {
-					de.Message = fmt.Sprintf("jobs[%d]: %s", i, de.Message)
-				}
-				return err
-			}
+	var valid []*dispatch.Job
+	var index []int
+	for i, j := range jobs {
+		if j == nil {
+			continue
 		}
-		return nil
-	})
-	return out, created, err
+		if err := s.checkCredentials(ctx, j.CredentialsID); err != nil {
+			var de *dispatch.Error
+			if errors.As(err, &de) {
+				de.Message = fmt.Sprintf("jobs[%d]: %s", i, de.Message)
+			}
+			return nil, nil, err
+		}
+		valid = append(valid, j)
+		index = append(index, i)
+	}
+	if len(valid) == 0 {
+		return out, created, nil
+	}
+	got, made, err := s.insertJobs(ctx, s.pool, valid)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, i := range index {
+		out[i], created[i] = got[k], made[k]
+	}
+	return out, created, nil
 }
 
 // querier is a pool or a transaction.
 type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *Store) insertJob(ctx context.Context, tx querier, j *dispatch.Job) (dispatch.Job, bool, error) {
-	if j.CredentialsID != 0 {
-		// Through the credentials cache: the common case costs no query.
-		if _, err := s.GetCredentials(ctx, j.CredentialsID); err != nil {
-			if dispatch.ErrorCode(err) == dispatch.ENotFound {
-				var p dispatch.Problems
-				p.Add("credentialsId", "credentials %d do not exist", j.CredentialsID)
-				return dispatch.Job{}, false, p.Err()
-			}
-			return dispatch.Job{}, false, fmt.Errorf("store: check credentials: %w", err)
-		}
-	}
+// insertJobs stores jobs with one statement and returns each stored job
+// (or, where its idempotency key was taken, by an earlier job or by an
+// earlier one of these, the job holding the key) in the order given.
+func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
 	for try := 0; ; try++ {
-		out, created, err := s.insertJobOnce(ctx, tx, j)
+		out, created, err := s.insertJobsOnce(ctx, q, jobs)
 		var pgErr *pgconn.PgError
 		if try < 3 && errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
 			// Two processes share a snowflake node id (DISPATCH_NODE_ID
-			// unset or duplicated): take a fresh id rather than fail.
+			// unset or duplicated): take fresh ids rather than fail.
 			continue
 		}
 		return out, created, err
 	}
 }
 
-func (s *Store) insertJobOnce(ctx context.Context, tx querier, j *dispatch.Job) (dispatch.Job, bool, error) {
+func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
+	n := len(jobs)
 	now := time.Now().UTC()
-	id := s.NewID()
-	next := now
-	if j.ScheduledFor != nil && j.ScheduledFor.After(now) {
-		next = *j.ScheduledFor
+	var (
+		ids                                       = make([]int64, n)
+		externalIDs, groupIDs, idemKeys           = make([]*string, n), make([]*string, n), make([]*string, n)
+		sources, types, targets, protocols        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		headers, payloads, contentTypes, metadata = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		strategies                                = make([]string, n)
+		credIDs, replayOfs, eventIDs, subIDs      = make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		maxRetries                                = make([]int32, n)
+		scheduled, expires                        = make([]*time.Time, n), make([]*time.Time, n)
+		nexts                                     = make([]time.Time, n)
+	)
+	for i, j := range jobs {
+		ids[i] = s.NewID()
+		externalIDs[i], groupIDs[i], idemKeys[i] = nullStr(j.ExternalID), nullStr(j.GroupID), nullStr(j.IdempotencyKey)
+		sources[i], types[i], targets[i], protocols[i] = j.Source, j.Type, j.TargetURL, j.Protocol
+		payloads[i], contentTypes[i], strategies[i] = j.Payload, j.PayloadContentType, string(j.RetryStrategy)
+		credIDs[i], replayOfs[i] = nullInt(j.CredentialsID), nullInt(j.ReplayOf)
+		eventIDs[i], subIDs[i] = nullInt(j.EventID), nullInt(j.SubscriptionID)
+		maxRetries[i] = int32(j.MaxRetries)
+		scheduled[i], expires[i] = j.ScheduledFor, j.ExpiresAt
+		nexts[i] = now
+		if j.ScheduledFor != nil && j.ScheduledFor.After(now) {
+			nexts[i] = *j.ScheduledFor
+		}
+		var err error
+		if headers[i], err = jsonObject(j.Headers); err != nil {
+			return nil, nil, fmt.Errorf("store: insert jobs: headers: %w", err)
+		}
+		if metadata[i], err = jsonObject(j.Metadata); err != nil {
+			return nil, nil, fmt.Errorf("store: insert jobs: metadata: %w", err)
+		}
 	}
-	headers, metadata := j.Headers, j.Metadata
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
-	row := tx.QueryRow(ctx, `
+	rows, err := q.Query(ctx, `
 		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
 			replay_of, next_attempt_at, event_id, subscription_id)
-		VALUES ($1,$2,$3,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,'PENDING',$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
+		SELECT id, external_id, $1, $1, source, type, group_id,
+			target_url, protocol, headers::jsonb, payload, payload_content_type, credentials_id, 'PENDING',
+			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
+			replay_of, next_attempt_at, event_id, subscription_id
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
+			$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
+			$22::bigint[])
+			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
+				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
+				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
 		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+jobColumns,
-		id, nullStr(j.ExternalID), now, j.Source, j.Type, nullStr(j.GroupID), j.TargetURL, j.Protocol,
-		headers, j.Payload, j.PayloadContentType, nullInt(j.CredentialsID), j.MaxRetries,
-		string(j.RetryStrategy), j.ScheduledFor, j.ExpiresAt, nullStr(j.IdempotencyKey), metadata,
-		nullInt(j.ReplayOf), next, nullInt(j.EventID), nullInt(j.SubscriptionID))
-	out, err := scanJob(row)
-	if err == nil {
-		return out, true, nil
+		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
+		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
-			return out, false, err // insertJob retries with a new id
+			return nil, nil, err // insertJobs retries with new ids
 		}
-		return out, false, fmt.Errorf("store: insert job: %w", interpret(err))
+		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
-	// The idempotency key is taken: answer with the job that holds it.
-	out, err = scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = $1`, j.IdempotencyKey))
+	byID := make(map[int64]dispatch.Job, len(stored))
+	for _, j := range stored {
+		byID[j.ID] = j
+	}
+	out := make([]dispatch.Job, n)
+	created := make([]bool, n)
+	var taken []string // idempotency keys held by other jobs
+	for i := range jobs {
+		if j, ok := byID[ids[i]]; ok {
+			out[i], created[i] = j, true
+		} else {
+			taken = append(taken, jobs[i].IdempotencyKey)
+		}
+	}
+	if len(taken) == 0 {
+		return out, created, nil
+	}
+	rows, err = q.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = ANY($1)`, taken)
 	if err != nil {
-		return out, false, fmt.Errorf("store: job by idempotency key: %w", err)
+		return nil, nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
 	}
-	return out, false, nil
+	holders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
+	}
+	byKey := make(map[string]dispatch.Job, len(holders))
+	for _, j := range holders {
+		byKey[j.IdempotencyKey] = j
+	}
+	for i, j := range jobs {
+		if created[i] {
+			continue
+		}
+		h, ok := byKey[j.IdempotencyKey]
+		if !ok {
+			return nil, nil, fmt.Errorf("store: insert jobs: job %d was neither stored nor found by its idempotency key", i)
+		}
+		out[i] = h
+	}
+	return out, created, nil
+}
+
+// jsonObject renders a string map as a JSON object ({} for nil).
+func jsonObject(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
 }
 
 // GetJob returns a job by id.
@@ -317,8 +440,14 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 	if n.ExpiresAt != nil && !n.ExpiresAt.After(time.Now()) {
 		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
 	}
-	out, _, err := s.insertJob(ctx, tx, &n)
-	return out, err
+	if err := s.checkCredentials(ctx, n.CredentialsID); err != nil {
+		return dispatch.Job{}, err
+	}
+	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n})
+	if err != nil {
+		return dispatch.Job{}, err
+	}
+	return stored[0], nil
 }
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter

@@ -54,8 +54,9 @@ type Store struct {
 	// write (tests only: it lets a test put an invalidation in between).
 	afterCredentialsRead func()
 
-	finishes groupCommit[finishReq, bool]    // FinishAttempt's group commit
-	claims   groupCommit[claimReq, claimRes] // ClaimJob's fast path, likewise
+	finishes groupCommit[finishReq, bool]      // FinishAttempt's group commit
+	claims   groupCommit[claimReq, claimRes]   // ClaimJob's fast path, likewise
+	creates  groupCommit[createReq, createRes] // CreateJob's insert, likewise
 }
 
 // New returns a Store over an open pool.
@@ -77,6 +78,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}
 	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch}
 	s.claims = groupCommit[claimReq, claimRes]{max: 64, exec: s.claimBatch}
+	s.creates = groupCommit[createReq, createRes]{max: 100, exec: s.createBatch}
 	return s, nil
 }
 
