@@ -43,6 +43,10 @@ type Unsent struct {
 	ID      int64
 	GroupID string
 	Gen     int // pointer generation: bumped by each deliberate re-send
+	// Mark is the queued_at the job was committed with when it was handed
+	// to the publisher at creation (zero otherwise): should the send fail,
+	// the publisher clears exactly that mark, so the outbox sends it.
+	Mark time.Time
 }
 
 // DeduplicationID is the pointer's SQS deduplication id: the job id, plus

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/dispatchhq/dispatch"
@@ -13,7 +14,13 @@ import (
 type Outbox interface {
 	PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error)
 	Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error)
+	Unmark(ctx context.Context, ids []int64, mark time.Time) error
 }
+
+// maxHanded bounds the pointers handed over at creation and not yet sent.
+// Past it new jobs go through the outbox query instead; it is also what a
+// crash of this process can leave for the sweep.
+const maxHanded = 1000
 
 // FailingSubscriptions disables subscriptions that have failed every
 // delivery for a while (SPEC §10); the publisher's sweep runs it.
@@ -46,6 +53,10 @@ type Publisher struct {
 	cfg    PublisherConfig
 	log    *slog.Logger
 	kick   chan struct{}
+
+	mu      sync.Mutex
+	handed  []dispatch.Unsent // committed marked as queued, to send now
+	sending bool              // the last send worked: take hand-offs
 }
 
 // NewPublisher returns a Publisher.
@@ -56,7 +67,26 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 	if cfg.PoolCode == "" {
 		cfg.PoolCode = dispatch.DefaultPool
 	}
-	return &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"), kick: make(chan struct{}, 1)}
+	return &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"),
+		kick: make(chan struct{}, 1), sending: true}
+}
+
+// Accepting reports whether new jobs may be handed over at creation: the
+// last send worked and fewer than maxHanded pointers wait. Otherwise they
+// are created unsent and the outbox query finds them.
+func (p *Publisher) Accepting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sending && len(p.handed) < maxHanded
+}
+
+// Hand takes the pointers of jobs committed already marked as queued and
+// sends them before anything else, with no query (store.Handoff).
+func (p *Publisher) Hand(jobs []dispatch.Unsent) {
+	p.mu.Lock()
+	p.handed = append(p.handed, jobs...)
+	p.mu.Unlock()
+	p.Notify()
 }
 
 // Notify wakes the publisher: new jobs were committed.
@@ -78,6 +108,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			p.giveBackHanded()
 			return nil
 		case <-p.kick:
 		case <-tick.C:
@@ -93,8 +124,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if backoff > 0 {
 			sleepCtx(ctx, backoff)
 		}
-		if err := p.publishAll(ctx); err != nil {
+		err := p.sendHanded(ctx)
+		if err == nil {
+			err = p.publishAll(ctx)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
+				p.giveBackHanded()
 				return nil
 			}
 			backoff = min(max(2*backoff, 200*time.Millisecond), 5*time.Second)
@@ -102,6 +138,69 @@ func (p *Publisher) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 0
+		p.mu.Lock()
+		p.sending = true
+		p.mu.Unlock()
+	}
+}
+
+// sendHanded sends the pointers handed over at creation, in order. What
+// it cannot send it gives back to the outbox, and until a send works again
+// new jobs are not handed over.
+func (p *Publisher) sendHanded(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		batch := p.handed[:min(len(p.handed), p.cfg.BatchSize)]
+		p.handed = p.handed[len(batch):]
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			return nil
+		}
+		sent, err := p.send(ctx, batch)
+		if err == nil {
+			continue
+		}
+		ok := make(map[int64]bool, len(sent))
+		for _, id := range sent {
+			ok[id] = true
+		}
+		var rest []dispatch.Unsent
+		for _, u := range batch {
+			if !ok[u.ID] {
+				rest = append(rest, u)
+			}
+		}
+		p.mu.Lock()
+		p.sending = false
+		rest = append(rest, p.handed...)
+		p.handed = nil
+		p.mu.Unlock()
+		p.unmark(rest)
+		return err
+	}
+}
+
+// giveBackHanded returns the pointers not sent yet to the outbox (shutdown),
+// so that a replica's or the next start's outbox query sends them at once
+// rather than the sweep after DISPATCH_REQUEUE_AFTER.
+func (p *Publisher) giveBackHanded() {
+	p.mu.Lock()
+	rest := p.handed
+	p.handed, p.sending = nil, false
+	p.mu.Unlock()
+	p.unmark(rest)
+}
+
+// unmark clears the queued mark of handed jobs that were not sent.
+func (p *Publisher) unmark(jobs []dispatch.Unsent) {
+	byMark := map[time.Time][]int64{}
+	for _, u := range jobs {
+		byMark[u.Mark] = append(byMark[u.Mark], u.ID)
+	}
+	for mark, ids := range byMark {
+		if err := p.outbox.Unmark(context.Background(), ids, mark); err != nil {
+			p.log.Warn("could not give unsent jobs back to the outbox; the sweep will send them", "jobs", len(ids), "err", err)
+		}
 	}
 }
 

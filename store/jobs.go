@@ -105,7 +105,7 @@ func (s *Store) createBatch(batch []*pending[createReq, createRes]) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	out, created, err := s.insertJobs(ctx, s.pool, jobs)
+	out, created, err := s.insertAndHand(ctx, jobs)
 	if err == nil {
 		for i, p := range batch {
 			p.res = createRes{job: out[i], created: created[i]}
@@ -117,7 +117,7 @@ func (s *Store) createBatch(batch []*pending[createReq, createRes]) {
 		return
 	}
 	for _, p := range batch {
-		out, created, err := s.insertJobs(p.req.ctx, s.pool, []*dispatch.Job{p.req.job})
+		out, created, err := s.insertAndHand(p.req.ctx, []*dispatch.Job{p.req.job})
 		if err != nil {
 			p.err = err
 			continue
@@ -151,7 +151,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	if len(valid) == 0 {
 		return out, created, nil
 	}
-	got, made, err := s.insertJobs(ctx, s.pool, valid)
+	got, made, err := s.insertAndHand(ctx, valid)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,12 +167,35 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// insertAndHand inserts jobs outside any transaction and, when a Handoff
+// accepts them, marks the ones due now as queued in the same statement and
+// hands their pointers over once it has committed.
+func (s *Store) insertAndHand(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
+	handoff := s.handoff != nil && s.handoff.Accepting()
+	out, created, err := s.insertJobs(ctx, s.pool, jobs, handoff)
+	if err != nil || !handoff {
+		return out, created, err
+	}
+	var us []dispatch.Unsent
+	for i, j := range out {
+		if created[i] && j.QueuedAt != nil {
+			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Mark: *j.QueuedAt})
+		}
+	}
+	if len(us) > 0 {
+		s.handoff.Hand(us)
+	}
+	return out, created, nil
+}
+
 // insertJobs stores jobs with one statement and returns each stored job
 // (or, where its idempotency key was taken, by an earlier job or by an
 // earlier one of these, the job holding the key) in the order given.
-func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
+// With markQueued, the jobs due now are stored as queued already: their
+// pointers are handed to the publisher by the caller.
+func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
 	for try := 0; ; try++ {
-		out, created, err := s.insertJobsOnce(ctx, q, jobs)
+		out, created, err := s.insertJobsOnce(ctx, q, jobs, markQueued)
 		var pgErr *pgconn.PgError
 		if try < 3 && errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
 			// Two processes share a snowflake node id (DISPATCH_NODE_ID
@@ -183,7 +206,7 @@ func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job)
 	}
 }
 
-func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
+func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
 	n := len(jobs)
 	now := time.Now().UTC()
 	var (
@@ -222,11 +245,12 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-			replay_of, next_attempt_at, event_id, subscription_id)
+			replay_of, next_attempt_at, event_id, subscription_id, queued_at)
 		SELECT id, external_id, $1, $1, source, type, group_id,
 			target_url, protocol, headers::jsonb, payload, payload_content_type, credentials_id, 'PENDING',
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
-			replay_of, next_attempt_at, event_id, subscription_id
+			replay_of, next_attempt_at, event_id, subscription_id,
+			CASE WHEN $23::boolean AND next_attempt_at <= $1 THEN $1::timestamptz END
 		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 			$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
@@ -237,7 +261,8 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+jobColumns,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
-		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs)
+		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
+		markQueued)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
@@ -443,7 +468,7 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 	if err := s.checkCredentials(ctx, n.CredentialsID); err != nil {
 		return dispatch.Job{}, err
 	}
-	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n})
+	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n}, false)
 	if err != nil {
 		return dispatch.Job{}, err
 	}

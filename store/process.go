@@ -399,6 +399,19 @@ func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, rea
 	return nil
 }
 
+// Unmark clears the queued mark of jobs whose pointers were not sent after
+// all, so that the outbox sends them. Only rows still carrying this mark
+// change: a sweep or a processor may have moved them on. It runs even when
+// ctx has ended (shutdown), or they would wait for the sweep.
+func (s *Store) Unmark(ctx context.Context, ids []int64, mark time.Time) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL WHERE id = ANY($1) AND queued_at = $2`, ids, mark); err != nil {
+		return fmt.Errorf("store: unmark unsent jobs: %w", err)
+	}
+	return nil
+}
+
 // PublishDue takes up to limit due jobs whose pointer is not on the queue,
 // hands them to send, and returns how many send reports as sent.
 //
@@ -468,11 +481,8 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 		// Only rows still carrying this mark: a sweep or a processor may
 		// have moved them on. Done even when ctx has ended (shutdown),
 		// or they would wait for the sweep.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_, err := s.pool.Exec(uctx, `UPDATE dispatch_job SET queued_at = NULL WHERE id = ANY($1) AND queued_at = $2`, unsent, now)
-		cancel()
-		if err != nil {
-			return len(sent), fmt.Errorf("store: publish: unmark unsent jobs: %w", errors.Join(err, sendErr))
+		if err := s.Unmark(ctx, unsent, now); err != nil {
+			return len(sent), fmt.Errorf("store: publish: %w", errors.Join(err, sendErr))
 		}
 	}
 	if sendErr != nil {

@@ -57,7 +57,28 @@ type Store struct {
 	finishes groupCommit[finishReq, bool]      // FinishAttempt's group commit
 	claims   groupCommit[claimReq, claimRes]   // ClaimJob's fast path, likewise
 	creates  groupCommit[createReq, createRes] // CreateJob's insert, likewise
+
+	handoff Handoff // nil: every new job goes through the outbox query
 }
+
+// Handoff takes the pointers of new jobs straight after their commit, so
+// that they need no outbox query and no second write to be marked queued:
+// such jobs are inserted already marked (queued_at = their creation time).
+// Should a handed pointer not be sent, the taker clears the mark (Unmark)
+// and the outbox sends it; should the process die first, the sweep re-sends
+// it after DISPATCH_REQUEUE_AFTER, as for any lost message. The router's
+// Publisher is one.
+type Handoff interface {
+	// Accepting reports whether new jobs may be handed now (the taker is
+	// sending, and its backlog is short).
+	Accepting() bool
+	// Hand takes committed jobs' pointers, in creation order.
+	Hand(jobs []dispatch.Unsent)
+}
+
+// HandOffTo makes h take the pointers of jobs created from now on. Call it
+// before the store is used concurrently.
+func (s *Store) HandOffTo(h Handoff) { s.handoff = h }
 
 // New returns a Store over an open pool.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {

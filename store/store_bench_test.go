@@ -73,3 +73,115 @@ func BenchmarkPublishEvent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCreateJobParallel is single creates arriving together, as from
+// many API clients: group commit writes them with shared statements.
+func BenchmarkCreateJobParallel(b *testing.B) {
+	st, _, _ := storetest.New(b, store.Options{NodeID: 1})
+	b.ReportAllocs()
+	b.SetParallelism(8) // 8×GOMAXPROCS concurrent creates
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, created, err := st.CreateJob(b.Context(), newJob()); err != nil || !created {
+				b.Errorf("CreateJob: created %v, err %v", created, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCreateJobs100 is the batch endpoint's store call: 100 jobs, one
+// statement. ns/op is per batch.
+func BenchmarkCreateJobs100(b *testing.B) {
+	st, _, _ := storetest.New(b, store.Options{NodeID: 1})
+	jobs := make([]*dispatch.Job, 100)
+	for i := range jobs {
+		jobs[i] = newJob()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := st.CreateJobs(b.Context(), jobs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClaimAndFinishParallel is the processing endpoint's two writes
+// for deliveries running side by side (claim, then attempt + state), on
+// jobs created beforehand: ns/op is per delivery.
+func BenchmarkClaimAndFinishParallel(b *testing.B) {
+	st, _, _ := storetest.New(b, store.Options{NodeID: 1})
+	ctx := b.Context()
+	n := b.N // RunParallel runs exactly b.N iterations in all
+	ids := make(chan int64, n+100)
+	for i := 0; i < n; i += 100 {
+		batch := make([]*dispatch.Job, 100)
+		for k := range batch {
+			batch[k] = newJob()
+		}
+		out, _, err := st.CreateJobs(ctx, batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, j := range out {
+			ids <- j.ID
+		}
+	}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			var id int64
+			select {
+			case id = <-ids:
+			default:
+				b.Error("more iterations than prepared jobs")
+				return
+			}
+			t0 := time.Now()
+			c, err := st.ClaimJob(ctx, id, t0, lease)
+			if err != nil || c.State != dispatch.Claimed {
+				b.Errorf("ClaimJob: state %v, err %v", c.State, err)
+				return
+			}
+			if _, err := st.FinishAttempt(ctx, dispatch.Attempt{
+				JobID: id, AttemptNumber: c.Job.AttemptCount, AttemptedAt: t0, CompletedAt: time.Now(),
+				Status: dispatch.AttemptSuccess, ResponseCode: 200,
+			}, dispatch.Transition{Status: dispatch.StatusCompleted}); err != nil {
+				b.Errorf("FinishAttempt: %v", err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkPublishDue is the outbox query for a batch of 100 unsent jobs
+// (mark queued, hand to send); ns/op is per batch.
+func BenchmarkPublishDue(b *testing.B) {
+	st, _, _ := storetest.New(b, store.Options{NodeID: 1})
+	ctx := b.Context()
+	batch := make([]*dispatch.Job, 100)
+	for k := range batch {
+		batch[k] = newJob()
+	}
+	send := func(us []dispatch.Unsent) ([]int64, error) {
+		ids := make([]int64, len(us))
+		for i, u := range us {
+			ids[i] = u.ID
+		}
+		return ids, nil
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		if _, _, err := st.CreateJobs(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		n, err := st.PublishDue(ctx, time.Now(), 100, send)
+		if err != nil || n != 100 {
+			b.Fatalf("PublishDue: %d, %v", n, err)
+		}
+	}
+}

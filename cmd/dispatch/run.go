@@ -308,6 +308,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
 			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
+		st.HandOffTo(publisher) // new jobs' pointers go out with no outbox query
 		sender := mediator.NewSender(mediator.SenderConfig{
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
 			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
