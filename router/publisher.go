@@ -57,6 +57,7 @@ type Publisher struct {
 	mu      sync.Mutex
 	handed  []dispatch.Unsent // committed marked as queued, to send now
 	sending bool              // the last send worked: take hand-offs
+	stopped bool              // Run has returned: give hand-offs straight back
 }
 
 // NewPublisher returns a Publisher.
@@ -84,6 +85,13 @@ func (p *Publisher) Accepting() bool {
 // sends them before anything else, with no query (store.Handoff).
 func (p *Publisher) Hand(jobs []dispatch.Unsent) {
 	p.mu.Lock()
+	if p.stopped {
+		// A create that found the publisher accepting committed after it
+		// stopped: nobody will send these, so the outbox must.
+		p.mu.Unlock()
+		p.unmark(jobs)
+		return
+	}
 	p.handed = append(p.handed, jobs...)
 	p.mu.Unlock()
 	p.Notify()
@@ -186,18 +194,25 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 func (p *Publisher) giveBackHanded() {
 	p.mu.Lock()
 	rest := p.handed
-	p.handed, p.sending = nil, false
+	p.handed, p.sending, p.stopped = nil, false, true
 	p.mu.Unlock()
 	p.unmark(rest)
 }
 
-// unmark clears the queued mark of handed jobs that were not sent.
+// unmark clears the queued mark of handed jobs that were not sent, one
+// statement per mark (each create batch has its own).
 func (p *Publisher) unmark(jobs []dispatch.Unsent) {
-	byMark := map[time.Time][]int64{}
+	var marks []time.Time
+	byMark := map[int64][]int64{} // by the mark's microsecond, as stored
 	for _, u := range jobs {
-		byMark[u.Mark] = append(byMark[u.Mark], u.ID)
+		k := u.Mark.UnixMicro()
+		if _, ok := byMark[k]; !ok {
+			marks = append(marks, u.Mark)
+		}
+		byMark[k] = append(byMark[k], u.ID)
 	}
-	for mark, ids := range byMark {
+	for _, mark := range marks {
+		ids := byMark[mark.UnixMicro()]
 		if err := p.outbox.Unmark(context.Background(), ids, mark); err != nil {
 			p.log.Warn("could not give unsent jobs back to the outbox; the sweep will send them", "jobs", len(ids), "err", err)
 		}

@@ -1,0 +1,131 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// fakeOutbox is a hand-written Outbox: nothing is due, and Unmark calls are
+// recorded.
+type fakeOutbox struct {
+	mu       sync.Mutex
+	unmarked map[time.Time][]int64
+}
+
+func (f *fakeOutbox) PublishDue(context.Context, time.Time, int, func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	return 0, nil
+}
+
+func (f *fakeOutbox) Sweep(context.Context, time.Time, time.Duration) (int64, int64, error) { return 0, 0, nil }
+
+func (f *fakeOutbox) Unmark(_ context.Context, ids []int64, mark time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unmarked == nil {
+		f.unmarked = map[time.Time][]int64{}
+	}
+	f.unmarked[mark] = append(f.unmarked[mark], ids...)
+	return nil
+}
+
+func (f *fakeOutbox) ids(mark time.Time) []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.unmarked[mark])
+}
+
+func startPublisher(t *testing.T, q *router.Queue, outbox router.Outbox) (*router.Publisher, func()) {
+	t.Helper()
+	p := router.NewPublisher(q, outbox, router.PublisherConfig{RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(func() {
+		if ctx.Err() == nil {
+			stop()
+		}
+	})
+	return p, stop
+}
+
+func handed(mark time.Time, ids ...int64) []dispatch.Unsent {
+	us := make([]dispatch.Unsent, len(ids))
+	for i, id := range ids {
+		us[i] = dispatch.Unsent{ID: id, GroupID: "g", Mark: mark}
+	}
+	return us
+}
+
+// Pointers handed over at creation go onto the queue at once, in order,
+// with no outbox query.
+func TestHandedPointersAreSentInOrder(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	p, _ := startPublisher(t, q.Open(t), &fakeOutbox{})
+	if !p.Accepting() {
+		t.Fatal("a fresh publisher does not accept hand-offs")
+	}
+	p.Hand(handed(time.Now(), 11, 12, 13))
+	rq := q.Open(t)
+	var got []string
+	eventually(t, 10*time.Second, func() bool {
+		msgs, err := rq.Receive(context.Background(), 10, time.Second, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			var ptr dispatch.Pointer
+			_ = json.Unmarshal([]byte(m.Body), &ptr)
+			got = append(got, ptr.ID)
+			_ = rq.DeleteBatch(context.Background(), []string{m.Receipt})
+		}
+		return len(got) >= 3
+	}, "the three handed pointers reach the queue")
+	if fmt.Sprint(got) != "[11 12 13]" {
+		t.Errorf("queue got %v, want [11 12 13]", got)
+	}
+}
+
+// A handed pointer that cannot be sent is given back to the outbox: its
+// queued mark is cleared (only that mark), and hand-offs stop until a send
+// works again. After the publisher stopped, a hand-off is given back at
+// once.
+func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: every send fails at once
+	q, err := router.OpenQueue(context.Background(), router.QueueConfig{
+		URL: "http://" + addr + "/000000000000/down.fifo", Endpoint: "http://" + addr, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox := &fakeOutbox{}
+	p, stop := startPublisher(t, q, outbox)
+	mark := time.Now().Truncate(time.Microsecond)
+	p.Hand(handed(mark, 1, 2, 3))
+	eventually(t, 20*time.Second, func() bool { return len(outbox.ids(mark)) == 3 },
+		"the unsent pointers' marks are cleared")
+	if p.Accepting() {
+		t.Error("the publisher still accepts hand-offs although its last send failed")
+	}
+	stop()
+	late := mark.Add(time.Second)
+	p.Hand(handed(late, 4))
+	if got := outbox.ids(late); fmt.Sprint(got) != "[4]" {
+		t.Errorf("a hand-off after the stop: unmarked %v, want [4]", got)
+	}
+}
