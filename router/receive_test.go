@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
@@ -67,21 +65,9 @@ func TestLostReceiveAnswerIsRecoveredAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	med := &fakeMediator{}
-	r, err := router.New(rq, med, router.Config{
-		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 4}},
-		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{q: q, rq: q.Open(t), med: med}
+	b := setupOn(t, q, rq, 4, nil) // sends go through the proxy too; it only loses receive answers
 	b.send(t, "g", 1, 2, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	med := b.med
 
 	eventually(t, 20*time.Second, func() bool { return len(med.seen()) == 3 },
 		"the three messages of a lost receive answer are mediated (without the attempt id they wait out the 60 s visibility timeout)")

@@ -65,7 +65,14 @@ type bundle struct {
 func setup(t *testing.T, concurrency int, fn func(dispatch.Pointer, int) error) *bundle {
 	t.Helper()
 	q := sqstest.New(t, 30*time.Second)
-	b := &bundle{q: q, rq: q.Open(t), med: &fakeMediator{fn: fn}, done: make(chan error, 1)}
+	return setupOn(t, q, q.Open(t), concurrency, fn)
+}
+
+// setupOn starts a router with one pool that reaches queue q through rq
+// (which may go through a proxy).
+func setupOn(t *testing.T, q sqstest.Queue, rq *router.Queue, concurrency int, fn func(dispatch.Pointer, int) error) *bundle {
+	t.Helper()
+	b := &bundle{q: q, rq: rq, med: &fakeMediator{fn: fn}, done: make(chan error, 1)}
 	r, err := router.New(b.rq, b.med, router.Config{
 		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: concurrency}},
 		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
