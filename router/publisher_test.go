@@ -27,7 +27,9 @@ func (f *fakeOutbox) PublishDue(context.Context, time.Time, int, func([]dispatch
 	return 0, nil
 }
 
-func (f *fakeOutbox) Sweep(context.Context, time.Time, time.Duration) (int64, int64, error) { return 0, 0, nil }
+func (f *fakeOutbox) Sweep(context.Context, time.Time, time.Duration) (int64, int64, error) {
+	return 0, 0, nil
+}
 
 func (f *fakeOutbox) Unmark(_ context.Context, ids []int64, mark time.Time) error {
 	f.mu.Lock()
