@@ -37,7 +37,9 @@ func (s *Server) createJob(c *gin.Context) {
 		return
 	}
 	s.metrics.jobsCreated.Inc()
-	s.notifier.Notify()
+	if out.QueuedAt == nil {
+		s.notifier.Notify() // not handed to the publisher at creation: the outbox sends it
+	}
 	c.JSON(http.StatusCreated, viewJob(out))
 }
 
@@ -75,7 +77,7 @@ func (s *Server) createJobs(c *gin.Context) {
 			s.writeError(c, err)
 			return
 		}
-		n := 0
+		n, unsent := 0, 0
 		for i := range jobs {
 			if jobs[i] == nil {
 				continue
@@ -85,11 +87,14 @@ func (s *Server) createJobs(c *gin.Context) {
 			if created[i] {
 				results[i].Status = http.StatusCreated
 				n++
+				if out[i].QueuedAt == nil {
+					unsent++
+				}
 			}
 		}
-		if n > 0 {
-			s.metrics.jobsCreated.Add(float64(n))
-			s.notifier.Notify()
+		s.metrics.jobsCreated.Add(float64(n))
+		if unsent > 0 {
+			s.notifier.Notify() // not handed to the publisher at creation: the outbox sends them
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"results": results})

@@ -52,10 +52,11 @@ type Publisher struct {
 	outbox Outbox
 	cfg    PublisherConfig
 	log    *slog.Logger
-	kick   chan struct{}
+	kick   chan struct{} // Notify: the outbox may have work
+	handed chan struct{} // Hand: handed pointers wait
 
 	mu      sync.Mutex
-	handed  []dispatch.Unsent // committed marked as queued, to send now
+	pending []dispatch.Unsent // handed: committed marked as queued, to send now
 	sending bool              // the last send worked: take hand-offs
 	stopped bool              // Run has returned: give hand-offs straight back
 }
@@ -69,7 +70,7 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 		cfg.PoolCode = dispatch.DefaultPool
 	}
 	return &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"),
-		kick: make(chan struct{}, 1), sending: true}
+		kick: make(chan struct{}, 1), handed: make(chan struct{}, 1), sending: true}
 }
 
 // Accepting reports whether new jobs may be handed over at creation: the
@@ -78,7 +79,7 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 func (p *Publisher) Accepting() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.sending && len(p.handed) < maxHanded
+	return p.sending && len(p.pending) < maxHanded
 }
 
 // Hand takes the pointers of jobs committed already marked as queued and
@@ -92,12 +93,16 @@ func (p *Publisher) Hand(jobs []dispatch.Unsent) {
 		p.unmark(jobs)
 		return
 	}
-	p.handed = append(p.handed, jobs...)
+	p.pending = append(p.pending, jobs...)
 	p.mu.Unlock()
-	p.Notify()
+	select {
+	case p.handed <- struct{}{}:
+	default:
+	}
 }
 
-// Notify wakes the publisher: new jobs were committed.
+// Notify wakes the publisher for an outbox pass: jobs were committed
+// unsent (not handed over).
 func (p *Publisher) Notify() {
 	select {
 	case p.kick <- struct{}{}:
@@ -113,14 +118,21 @@ func (p *Publisher) Run(ctx context.Context) error {
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	backoff := time.Duration(0)
+	// An outbox pass runs on Notify, on the timers and after a failure;
+	// handed pointers alone need none.
+	outboxDue := true
 	for {
 		select {
 		case <-ctx.Done():
 			p.giveBackHanded()
 			return nil
+		case <-p.handed:
 		case <-p.kick:
+			outboxDue = true
 		case <-tick.C:
+			outboxDue = true
 		case <-sweep.C:
+			outboxDue = true
 			expired, requeued, err := p.outbox.Sweep(ctx, time.Now(), p.cfg.RequeueAfter)
 			if err != nil {
 				p.log.Warn("sweep failed", "err", err)
@@ -133,10 +145,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 			sleepCtx(ctx, backoff)
 		}
 		err := p.sendHanded(ctx)
-		if err == nil {
+		if err == nil && outboxDue {
 			err = p.publishAll(ctx)
 		}
 		if err != nil {
+			outboxDue = true // retried, and what was not sent is in the outbox now
 			if ctx.Err() != nil {
 				p.giveBackHanded()
 				return nil
@@ -145,7 +158,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.log.Warn("publishing failed; jobs stay unsent and are retried", "err", err, "backoff", backoff.String())
 			continue
 		}
-		backoff = 0
+		backoff, outboxDue = 0, false
 		p.mu.Lock()
 		p.sending = true
 		p.mu.Unlock()
@@ -158,8 +171,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 func (p *Publisher) sendHanded(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		batch := p.handed[:min(len(p.handed), p.cfg.BatchSize)]
-		p.handed = p.handed[len(batch):]
+		batch := p.pending[:min(len(p.pending), p.cfg.BatchSize)]
+		p.pending = p.pending[len(batch):]
 		p.mu.Unlock()
 		if len(batch) == 0 {
 			return nil
@@ -180,8 +193,8 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 		}
 		p.mu.Lock()
 		p.sending = false
-		rest = append(rest, p.handed...)
-		p.handed = nil
+		rest = append(rest, p.pending...)
+		p.pending = nil
 		p.mu.Unlock()
 		p.unmark(rest)
 		return err
@@ -193,8 +206,8 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 // rather than the sweep after DISPATCH_REQUEUE_AFTER.
 func (p *Publisher) giveBackHanded() {
 	p.mu.Lock()
-	rest := p.handed
-	p.handed, p.sending, p.stopped = nil, false, true
+	rest := p.pending
+	p.pending, p.sending, p.stopped = nil, false, true
 	p.mu.Unlock()
 	p.unmark(rest)
 }

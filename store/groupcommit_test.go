@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dispatchhq/dispatch"
 )
 
@@ -200,5 +202,53 @@ func TestCreateJobConcurrentCallsEachGetTheirOwnJob(t *testing.T) {
 	}
 	if want := n - n/4 + 1; stored != want {
 		t.Errorf("%d jobs stored, want %d", stored, want)
+	}
+}
+
+// Creates running side by side never pair an earlier creation time with
+// later ids: the outbox sends by (next_attempt_at, id), so that order must
+// be id order, or a group's later jobs reach the queue first and step
+// aside one outbox pass at a time (a 20,000-job backlog drained at 98
+// jobs/s instead of 3,000 when it was not).
+func TestConcurrentCreatesKeepTimeAndIdOrderTogether(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				batch := make([]*dispatch.Job, 50)
+				for i := range batch {
+					batch[i] = newJob(func(j *dispatch.Job) { j.GroupID = "g" })
+				}
+				if _, _, err := st.CreateJobs(t.Context(), batch); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, _, err := st.CreateJob(t.Context(), newJob(func(j *dispatch.Job) { j.GroupID = "g" })); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rows, err := pool.Query(t.Context(), `SELECT id FROM dispatch_job ORDER BY next_attempt_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 8*10*51 {
+		t.Fatalf("%d jobs stored, want %d", len(ids), 8*10*51)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] < ids[i-1] {
+			t.Fatalf("by (next_attempt_at, id), job %d comes after job %d: the outbox would send them out of id order", ids[i], ids[i-1])
+		}
 	}
 }

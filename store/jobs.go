@@ -170,6 +170,12 @@ type querier interface {
 // insertAndHand inserts jobs outside any transaction and, when a Handoff
 // accepts them, marks the ones due now as queued in the same statement and
 // hands their pointers over once it has committed.
+//
+// Jobs with a groupId are not handed over: hand-offs go out in commit
+// order, and two creates running side by side can commit in the opposite
+// order of their (time-sorted) ids. A group's later job would then reach
+// the queue first, be refused and step aside, costing an outbox pass per
+// job. The outbox query sends them in id order instead.
 func (s *Store) insertAndHand(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
 	handoff := s.handoff != nil && s.handoff.Accepting()
 	out, created, err := s.insertJobs(ctx, s.pool, jobs, handoff)
@@ -208,9 +214,18 @@ func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job,
 
 func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
 	n := len(jobs)
+	// Time and ids are taken together, so that statements running side by
+	// side never pair an earlier creation time with later ids: the outbox
+	// sends by (next_attempt_at, id), and a group sent out of id order
+	// makes its later jobs step aside one outbox pass at a time.
+	s.idMu.Lock()
 	now := time.Now().UTC()
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = s.NewID()
+	}
+	s.idMu.Unlock()
 	var (
-		ids                                       = make([]int64, n)
 		externalIDs, groupIDs, idemKeys           = make([]*string, n), make([]*string, n), make([]*string, n)
 		sources, types, targets, protocols        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		headers, payloads, contentTypes, metadata = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -221,7 +236,6 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		nexts                                     = make([]time.Time, n)
 	)
 	for i, j := range jobs {
-		ids[i] = s.NewID()
 		externalIDs[i], groupIDs[i], idemKeys[i] = nullStr(j.ExternalID), nullStr(j.GroupID), nullStr(j.IdempotencyKey)
 		sources[i], types[i], targets[i], protocols[i] = j.Source, j.Type, j.TargetURL, j.Protocol
 		payloads[i], contentTypes[i], strategies[i] = j.Payload, j.PayloadContentType, string(j.RetryStrategy)
@@ -250,7 +264,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			target_url, protocol, headers::jsonb, payload, payload_content_type, credentials_id, 'PENDING',
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
 			replay_of, next_attempt_at, event_id, subscription_id,
-			CASE WHEN $23::boolean AND next_attempt_at <= $1 THEN $1::timestamptz END
+			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END
 		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 			$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],

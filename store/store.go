@@ -59,6 +59,8 @@ type Store struct {
 	creates  groupCommit[createReq, createRes] // CreateJob's insert, likewise
 
 	handoff Handoff // nil: every new job goes through the outbox query
+
+	idMu sync.Mutex // pairs a create statement's time with its ids
 }
 
 // Handoff takes the pointers of new jobs straight after their commit, so
