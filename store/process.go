@@ -149,7 +149,34 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 	}
 }
 
+// claimManySQL claims the jobs $1 with, per job, the claim time $2, the
+// lease end $3 and the latest due time $4.
+var claimManySQL = `
+	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
+		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow
+	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
+	-- (j.status || '') rather than j.status: see claimMany.
+	WHERE j.id = i.cid AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
+		AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
+		AND (j.group_id IS NULL OR NOT EXISTS (
+			SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+				AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
+	RETURNING ` + qualified("j", jobColumns)
+
 // claimMany is the fast-path statement for a batch of distinct jobs.
+//
+// It and finishMany find their rows by id and test the status on the row
+// found. They write the status test as a concatenation that no index
+// serves,
+//
+//	(j.status || '') IN ('PENDING', 'FAILED')
+//
+// so the planner cannot choose idx_dispatch_status (or a partial index
+// on status) instead of the primary key. It did: with statistics taken while few jobs were PENDING and a
+// backlog of 12,000 PENDING since, the custom plan scanned every PENDING
+// job through idx_dispatch_status into a hash join with the ids (6.3 ms on
+// a quiet table, 50-125 ms under load, against 1.1 ms by primary key), and
+// split-mode deliveries fell to 300/s for 40 s until the next autoanalyze.
 func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	n := len(batch)
 	ids := make([]int64, n)
@@ -159,16 +186,7 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `
-		UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-			last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow
-		FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
-		WHERE j.id = i.cid AND j.status IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
-			AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
-			AND (j.group_id IS NULL OR NOT EXISTS (
-				SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
-					AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
-		RETURNING `+qualified("j", jobColumns), ids, nows, untils, dues)
+	rows, err := s.pool.Query(ctx, claimManySQL, ids, nows, untils, dues)
 	if err != nil {
 		return err
 	}
@@ -367,7 +385,8 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 			duration_millis = (extract(epoch FROM (i.job_completed_at - j.created_at)) * 1000)::bigint,
 			claimed_until = NULL, updated_at = i.completed_at
 		FROM input i
-		WHERE j.id = i.job_id AND j.status = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+		-- (j.status || '') rather than j.status: see claimMany.
+		WHERE j.id = i.job_id AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
 		RETURNING j.id`,
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
 		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts)
