@@ -34,6 +34,8 @@ type Processor struct {
 	metrics  *Metrics
 	rateWait time.Duration
 	now      func() time.Time
+
+	groupAdvanced func() // see ProcessorConfig.GroupAdvanced
 }
 
 // ProcessorConfig configures a Processor.
@@ -47,6 +49,12 @@ type ProcessorConfig struct {
 	// RateWait is how long a delivery may wait for its subscription's next
 	// rate-limit slot before it is sent back to the queue (default 1s).
 	RateWait time.Duration
+	// GroupAdvanced, when set, is called once a job with a groupId has
+	// finished (COMPLETED or ERROR): the group's next job may have stepped
+	// aside and wait for an outbox pass to be sent again. The API wires the
+	// publisher's Notify, so such a job goes out at once rather than on
+	// the publisher's next tick.
+	GroupAdvanced func()
 }
 
 // NewProcessor returns a Processor.
@@ -63,7 +71,7 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
-		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now,
+		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now, groupAdvanced: cfg.GroupAdvanced,
 	}
 }
 
@@ -243,6 +251,8 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		if err == nil {
 			if !applied {
 				log.Warn("attempt recorded, but the claim was taken over meanwhile; job state left to the new holder")
+			} else if j.GroupID != "" && t.Status.Terminal() && p.groupAdvanced != nil {
+				p.groupAdvanced()
 			}
 			break
 		}
