@@ -204,6 +204,36 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	return nil
 }
 
+// finishManySQL records a batch of attempts and their jobs' new states:
+// one row of each array per job, $1 the job ids.
+var finishManySQL = `
+	WITH input AS (
+		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
+			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
+			$13::timestamptz[], $14::timestamptz[])
+			AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
+				attempt_status, response_code, response_body, error_message, status, last_error,
+				next_attempt_at, job_completed_at)
+	), attempt AS (
+		INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
+			duration_millis, status, response_code, response_body, error_message)
+		SELECT attempt_id, job_id, attempt_number, attempted_at, completed_at, duration_millis,
+			attempt_status, response_code, response_body, error_message FROM input
+		ON CONFLICT (job_id, attempt_number) DO UPDATE SET attempted_at = EXCLUDED.attempted_at,
+			completed_at = EXCLUDED.completed_at, duration_millis = EXCLUDED.duration_millis,
+			status = EXCLUDED.status, response_code = EXCLUDED.response_code,
+			response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message
+	)
+	UPDATE dispatch_job j SET status = i.status, last_error = i.last_error,
+		next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),
+		completed_at = i.job_completed_at,
+		duration_millis = (extract(epoch FROM (i.job_completed_at - j.created_at)) * 1000)::bigint,
+		claimed_until = NULL, updated_at = i.completed_at
+	FROM input i
+	-- (j.status || '') rather than j.status: see claimMany.
+	WHERE j.id = i.job_id AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+	RETURNING j.id`
+
 // qualified prefixes every column of a comma-separated list with alias.
 func qualified(alias, columns string) string {
 	parts := strings.Split(columns, ",")
@@ -361,33 +391,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	// the others are waiting on this statement too.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `
-		WITH input AS (
-			SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
-				$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
-				$13::timestamptz[], $14::timestamptz[])
-				AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
-					attempt_status, response_code, response_body, error_message, status, last_error,
-					next_attempt_at, job_completed_at)
-		), attempt AS (
-			INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
-				duration_millis, status, response_code, response_body, error_message)
-			SELECT attempt_id, job_id, attempt_number, attempted_at, completed_at, duration_millis,
-				attempt_status, response_code, response_body, error_message FROM input
-			ON CONFLICT (job_id, attempt_number) DO UPDATE SET attempted_at = EXCLUDED.attempted_at,
-				completed_at = EXCLUDED.completed_at, duration_millis = EXCLUDED.duration_millis,
-				status = EXCLUDED.status, response_code = EXCLUDED.response_code,
-				response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message
-		)
-		UPDATE dispatch_job j SET status = i.status, last_error = i.last_error,
-			next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),
-			completed_at = i.job_completed_at,
-			duration_millis = (extract(epoch FROM (i.job_completed_at - j.created_at)) * 1000)::bigint,
-			claimed_until = NULL, updated_at = i.completed_at
-		FROM input i
-		-- (j.status || '') rather than j.status: see claimMany.
-		WHERE j.id = i.job_id AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
-		RETURNING j.id`,
+	rows, err := s.pool.Query(ctx, finishManySQL,
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
 		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts)
 	if err != nil {

@@ -116,11 +116,34 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
 	}
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.AfterConnect = customPlans
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", redactErr(err))
 	}
 	return pool, nil
+}
+
+// customPlans makes a connection plan every statement for its arguments
+// (plan_cache_mode = force_custom_plan) unless DATABASE_URL names a
+// plan_cache_mode itself.
+//
+// pgx prepares each statement once per connection. After five runs
+// PostgreSQL may switch a prepared statement to a generic plan, made once
+// for any arguments and costed against the table as it was then; it keeps it
+// until the table's statistics change. A service started on an empty or
+// small dispatch_job (a new deployment, or within autovacuum's first minute)
+// so froze plans that read dispatch_job sequentially to find a batch of
+// claimed or finished jobs: a read of the whole table per batch, growing
+// with the backlog. Custom plans cost a planning pass per execution, which
+// the hot statements, each serving a batch of jobs, spread across the batch.
+// Measured on the 2-core build machine, 50,000 jobs in split mode:
+// PostgreSQL CPU per delivery 0.25 -> 0.19 ms, deliveries/s +8-10 %.
+func customPlans(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
+	return err
 }
 
 // SchemaVersion identifies the embedded migrations: a short hash of their

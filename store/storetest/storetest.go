@@ -121,7 +121,7 @@ func prepareTemplate(ctx context.Context) error {
 func New(t testing.TB, opts store.Options) (*store.Store, *pgxpool.Pool, string) {
 	t.Helper()
 	dbURL := NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := store.Connect(context.Background(), dbURL, 0) // the service's own connection settings
 	if err != nil {
 		t.Fatalf("storetest: pool: %v", err)
 	}
