@@ -71,6 +71,39 @@ func nullInt(n int64) *int64 {
 	return &n
 }
 
+// storedJob is the row insertJobsOnce wrote for in: in's fields with the
+// id, times and state the insert gave it, times at PostgreSQL's microsecond
+// precision, so that it reads as GetJob would return it.
+func storedJob(in *dispatch.Job, id int64, now, next time.Time, queuedAt *time.Time) dispatch.Job {
+	j := *in
+	now = pgTime(now)
+	next = pgTime(next)
+	j.ID, j.CreatedAt, j.UpdatedAt, j.Status = id, now, now, dispatch.StatusPending
+	j.ScheduledFor, j.ExpiresAt = pgTimePtr(in.ScheduledFor), pgTimePtr(in.ExpiresAt)
+	j.AttemptCount, j.LastAttemptAt, j.CompletedAt, j.DurationMillis, j.LastError = 0, nil, nil, nil, ""
+	j.QueuedAt, j.NextAttemptAt, j.ClaimedUntil, j.PointerGen = pgTimePtr(queuedAt), &next, nil, 0
+	j.Headers, j.Metadata = orEmpty(in.Headers), orEmpty(in.Metadata) // jsonb '{}' reads back as an empty map
+	return j
+}
+
+// pgTime is t as a timestamptz column returns it: microseconds, UTC.
+func pgTime(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+func pgTimePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := pgTime(*t)
+	return &v
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
 // CreateJob stores a new PENDING job and returns it with created=true, or,
 // when its idempotency key is already taken, the existing job with
 // created=false and nothing written.
@@ -273,14 +306,25 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
 				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
 		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+jobColumns,
+		RETURNING id, queued_at`,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
 		markQueued)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
-	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	// Only the id and queued_at come back: the rest of each stored row is
+	// what was sent (storedJob), and decoding every column of every new
+	// job cost more than the insert's planning.
+	queuedAt := make(map[int64]*time.Time, n)
+	var (
+		id int64
+		qa *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &qa}, func() error {
+		queuedAt[id] = qa
+		return nil
+	})
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
@@ -288,16 +332,12 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		}
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
-	byID := make(map[int64]dispatch.Job, len(stored))
-	for _, j := range stored {
-		byID[j.ID] = j
-	}
 	out := make([]dispatch.Job, n)
 	created := make([]bool, n)
 	var taken []string // idempotency keys held by other jobs
-	for i := range jobs {
-		if j, ok := byID[ids[i]]; ok {
-			out[i], created[i] = j, true
+	for i, j := range jobs {
+		if qa, ok := queuedAt[ids[i]]; ok {
+			out[i], created[i] = storedJob(j, ids[i], now, nexts[i], qa), true
 		} else {
 			taken = append(taken, jobs[i].IdempotencyKey)
 		}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -450,4 +451,64 @@ func TestCreateJobs(t *testing.T) {
 	if n := countRows(t, pool, "dispatch_job"); n != 2 {
 		t.Errorf("job rows = %d after a refused batch, want still 2", n)
 	}
+}
+
+// What a create returns (the 201's body) is the job as stored: the insert
+// returns only ids, and the rest is built from what was sent, so every
+// field must come out as a read of the row gives it.
+func TestCreatedJobReadsAsStored(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	ctx := t.Context()
+	at := func(s string) *time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &v
+	}
+	jobs := []*dispatch.Job{
+		newJob(),
+		newJob(func(j *dispatch.Job) { // every optional field, times with nanoseconds and an offset
+			j.ExternalID, j.GroupID, j.IdempotencyKey = "ext-1", "group-1", "idem-created-reads"
+			j.Metadata = map[string]string{"tenant": "acme"}
+			j.ScheduledFor = at("2099-01-02T03:04:05.123456789+02:00")
+			j.ExpiresAt = at("2099-02-02T03:04:05.987654321-05:00")
+		}),
+		newJob(func(j *dispatch.Job) { j.Headers, j.Metadata = nil, nil }),
+		newJob(func(j *dispatch.Job) { j.ScheduledFor = at("2000-01-01T00:00:00.000000999Z") }), // due now: handed off
+	}
+	single, created, err := st.CreateJob(ctx, newJob(func(j *dispatch.Job) { j.GroupID = "g" }))
+	if err != nil || !created {
+		t.Fatalf("create: created=%v err=%v", created, err)
+	}
+	batch, _, err := st.CreateJobs(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range append([]dispatch.Job{single}, batch...) {
+		stored, err := st.GetJob(ctx, got.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := json.Marshal(inUTC(got))
+		w, _ := json.Marshal(inUTC(stored))
+		if string(g) != string(w) {
+			t.Errorf("job %d: the create returned\n%s\nthe row reads\n%s", i, g, w)
+		}
+	}
+}
+
+// inUTC is j with its times in UTC, so that jobs compare by instant
+// whatever time zone this machine's reads return them in.
+func inUTC(j dispatch.Job) dispatch.Job {
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	for _, p := range []**time.Time{&j.ScheduledFor, &j.ExpiresAt, &j.LastAttemptAt, &j.CompletedAt,
+		&j.QueuedAt, &j.NextAttemptAt, &j.ClaimedUntil} {
+		if *p != nil {
+			v := (*p).UTC()
+			*p = &v
+		}
+	}
+	return j
 }
