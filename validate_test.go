@@ -177,6 +177,15 @@ func TestParseCreateJobAccepts(t *testing.T) {
 			func(j *dispatch.Job) bool { return j.Headers["X-A"] == "a\tb" }},
 		{"scheduledFor in the past", map[string]any{"scheduledFor": "2020-01-01T00:00:00Z"}, strict,
 			func(j *dispatch.Job) bool { return j.ScheduledFor != nil }},
+		{"escapes in strings are decoded", map[string]any{"source": json.RawMessage(`"a\"b\\c\u00e9\n"`),
+			"payload": json.RawMessage(`"{\"k\":\"\ud83d\ude00\"}"`), "metadata": json.RawMessage(`{"k\u00e9":"v\/w"}`)}, strict,
+			func(j *dispatch.Job) bool {
+				return j.Source == "a\"b\\c\u00e9\n" && j.Payload == `{"k":"😀"}` && j.Metadata["ké"] == "v/w"
+			}},
+		{"an escaped lone surrogate reads as U+FFFD", map[string]any{"payload": json.RawMessage(`"x\ud800y"`)}, strict,
+			func(j *dispatch.Job) bool { return j.Payload == "x\ufffdy" }},
+		{"credentialsId as string", map[string]any{"credentialsId": "123"}, strict,
+			func(j *dispatch.Job) bool { return j.CredentialsID == 123 }},
 		{"scheduledFor 364 days ahead", map[string]any{"scheduledFor": testNow.Add(364 * 24 * time.Hour).Format(time.RFC3339)}, strict,
 			func(j *dispatch.Job) bool { return j.ScheduledFor != nil }},
 	}
