@@ -29,10 +29,20 @@ func (s *Server) process(c *gin.Context) {
 		return
 	}
 	if d.Done {
-		c.JSON(http.StatusOK, gin.H{"status": "done", "jobStatus": d.JobStatus, "reason": d.Reason})
+		c.JSON(http.StatusOK, processAnswer{Status: "done", JobStatus: (*string)(&d.JobStatus), Reason: d.Reason})
 		return
 	}
 	secs := int(math.Ceil(d.RetryAfter.Seconds()))
 	s.log.Debug("pointer to retry later", "job_id", ptr.ID, "retry_after_s", secs, "reason", d.Reason)
-	c.JSON(http.StatusBadRequest, gin.H{"status": "retry", "retryAfterSeconds": secs, "reason": d.Reason})
+	c.JSON(http.StatusBadRequest, processAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason})
+}
+
+// processAnswer is the processing endpoint's body (mediator.ProcessResponse
+// reads it): a struct, as a gin.H map cost a sorted reflection walk per
+// delivery.
+type processAnswer struct {
+	JobStatus         *string `json:"jobStatus,omitempty"` // set when done
+	Reason            string  `json:"reason"`
+	RetryAfterSeconds *int    `json:"retryAfterSeconds,omitempty"` // set on retry
+	Status            string  `json:"status"`
 }
