@@ -6,6 +6,3 @@ func SetAfterCredentialsRead(s *Store, fn func()) { s.afterCredentialsRead = fn 
 
 // ClaimManySQL is the claim fast path's statement, for EXPLAIN.
 var ClaimManySQL = claimManySQL
-
-// FinishManySQL is the finish fast path's statement, for EXPLAIN.
-var FinishManySQL = finishManySQL

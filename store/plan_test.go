@@ -1,14 +1,18 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
 )
 
 // The claim finds its jobs by primary key whatever the statistics say.
@@ -78,55 +82,48 @@ func TestClaimIsPlannedByPrimaryKeyWithStaleStatistics(t *testing.T) {
 	}
 }
 
-// A connection that ran the claim and the finish while dispatch_job was
-// small plans them for the table it finds later. Left to itself, PostgreSQL
-// switches a prepared statement to a generic plan after five runs, costed
-// against the table as it was then, and keeps it until the next ANALYZE.
-// Made on a small table, the finish's generic plan read all of dispatch_job
-// for every batch, so a new deployment slowed as its backlog grew: 1,390 such
-// scans in one 50,000-job bench run.
-func TestHotStatementsArePlannedForTheTableAsItGrows(t *testing.T) {
+// Claims and finishes read dispatch_job by primary key however small the
+// table was when their connection first ran them. As prepared statements,
+// PostgreSQL gave the finish a generic plan after five runs on a small
+// table, a sequential scan joined to the batch, and kept it while the table
+// grew: 1,612 such scans in one 50,000-job bench run. The test runs a
+// connection through that history and counts the rows it read by
+// sequential scans once the table had grown.
+func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 	t.Parallel()
-	st, pool := setup(t)
 	ctx := t.Context()
-	conn, err := pool.Acquire(ctx)
+	url := storetest.NewDatabase(t)
+	pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1) // one connection runs it all
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	// EXECUTE takes no bind parameters, so each statement's arguments for
-	// a list of job ids are written out as SQL.
-	fill := func(n int, v string) string { return fmt.Sprintf("array_fill(%s, ARRAY[%d])", v, n) }
-	statements := []struct {
-		name, sql string
-		args      func(ids string, n int) string
-	}{
-		{"claim", store.ClaimManySQL, func(ids string, n int) string {
-			return strings.Join([]string{ids, fill(n, "now()"), fill(n, "now() + interval '1 minute'"),
-				fill(n, "now() + interval '1 second'")}, ", ")
-		}},
-		{"finish", store.FinishManySQL, func(ids string, n int) string {
-			return strings.Join([]string{ids, fill(n, "1"), ids, fill(n, "now()"), fill(n, "now()"),
-				fill(n, "1::bigint"), fill(n, "'SUCCESS'::text"), fill(n, "200"), fill(n, "NULL::text"),
-				fill(n, "NULL::text"), fill(n, "'COMPLETED'::text"), fill(n, "NULL::text"),
-				fill(n, "NULL::timestamptz"), fill(n, "now()")}, ", ")
-		}},
+	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	idArray := func(ids []int64) string {
-		return "ARRAY" + strings.ReplaceAll(fmt.Sprint(ids), " ", ",") + "::bigint[]"
+	deliver := func(j dispatch.Job) {
+		t.Helper()
+		now := time.Now()
+		c, err := st.ClaimJob(ctx, j.ID, now, time.Minute)
+		if err != nil || c.State != dispatch.Claimed {
+			t.Fatalf("claim: state %v, err %v", c.State, err)
+		}
+		applied, err := st.FinishAttempt(ctx, dispatch.Attempt{
+			JobID: j.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: now, CompletedAt: time.Now(),
+			Status: dispatch.AttemptSuccess, ResponseCode: 200,
+		}, dispatch.Transition{Status: dispatch.StatusCompleted})
+		if err != nil || !applied {
+			t.Fatalf("finish: applied %v, err %v", applied, err)
+		}
 	}
-	for _, s := range statements {
-		if _, err := conn.Conn().Prepare(ctx, s.name, s.sql); err != nil {
+	for range 10 { // on a table of a few rows
+		j, _, err := st.CreateJob(ctx, newJob())
+		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 10 { // jobs that are not there, in a table with a few
-			ids := idArray([]int64{int64(i + 1), int64(i + 2)})
-			if _, err := conn.Exec(ctx, "EXECUTE "+s.name+"("+s.args(ids, 2)+")"); err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-		}
+		deliver(j)
 	}
-	var ids []int64
+	var grown []dispatch.Job
 	for range 50 {
 		batch := make([]*dispatch.Job, 100)
 		for i := range batch {
@@ -136,18 +133,38 @@ func TestHotStatementsArePlannedForTheTableAsItGrows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, j := range out {
-			ids = append(ids, j.ID)
-		}
+		grown = append(grown, out...)
 	}
-	for _, s := range statements {
-		var plan []byte
-		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+s.name+"("+s.args(idArray(ids[:5]), 5)+")").Scan(&plan); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
+	for _, j := range grown[:10] {
+		deliver(j)
+	}
+	// A backend reports its table statistics as it exits.
+	pool.Close()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var seqRead int64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var others int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
+			t.Fatal(err)
 		}
-		if got := jobIndexes(t, plan); got != "dispatch_job_pkey" {
-			t.Errorf("after the table grew, the %s reads dispatch_job through %q, want the primary key only:\n%s", s.name, got, plan)
+		if others == 0 || time.Now().After(deadline) {
+			break
 		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := admin.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
+		WHERE relname = 'dispatch_job'`).Scan(&seqRead); err != nil {
+		t.Fatal(err)
+	}
+	// Each of the last ten deliveries would have read all 5,010 rows.
+	if seqRead >= int64(len(grown)) {
+		t.Errorf("sequential scans read %d rows of dispatch_job; the deliveries after it grew should find their jobs by primary key", seqRead)
 	}
 }
 
@@ -182,4 +199,36 @@ func jobIndexes(t *testing.T, plan []byte) string {
 	}
 	walk(doc)
 	return strings.Join(reads, ",")
+}
+
+// Migrating leaves the pool's connections planning for their arguments:
+// tern ends each migration with RESET ALL, and the connection that ran
+// them, had it been one of the pool's, served traffic with generic plans.
+func TestMigratingKeepsThePoolsSessionSettings(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewEmptyDatabase(t)
+	pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1) // the one connection migrations could take
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := pool.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "force_custom_plan" {
+		t.Errorf("after migrating, the pool's connection plans with plan_cache_mode %q, want force_custom_plan", mode)
+	}
+}
+
+// withParam adds a query parameter to a database URL.
+func withParam(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
 }

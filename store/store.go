@@ -131,16 +131,20 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 // plan_cache_mode itself.
 //
 // pgx prepares each statement once per connection. After five runs
-// PostgreSQL may switch a prepared statement to a generic plan, made once
-// for any arguments and costed against the table as it was then; it keeps it
-// until the table's statistics change. A service started on an empty or
-// small dispatch_job (a new deployment, or within autovacuum's first minute)
-// so froze plans that read dispatch_job sequentially to find a batch of
-// claimed or finished jobs: a read of the whole table per batch, growing
-// with the backlog. Custom plans cost a planning pass per execution, which
-// the hot statements, each serving a batch of jobs, spread across the batch.
-// Measured on the 2-core build machine, 50,000 jobs in split mode:
-// PostgreSQL CPU per delivery 0.25 -> 0.19 ms, deliveries/s +8-10 %.
+// PostgreSQL may switch a prepared statement to a generic plan, costed
+// against the table as it was then and kept until the next ANALYZE. Made
+// while dispatch_job was small (a new deployment, autovacuum's first
+// minute), the finish's generic plan joined each batch to a sequential scan
+// of the whole table, and kept doing so as the table grew: 1,612 scans
+// reading 24.5M rows in one 50,000-job bench run
+// (TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows).
+//
+// The price is a planning pass per statement, which the hot statements
+// share across the batch each carries. Measured on the 2-core build
+// machine: batched claims and finishes 5 % faster, a lone create, claim
+// and finish 12-15 % slower (BenchmarkDeliveryCycle), PostgreSQL CPU per
+// delivery at a fixed 200/s 0.12 ms higher. Planning each call without a
+// prepared statement, for the claim and finish alone, cost more than this.
 func customPlans(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
 	return err
@@ -168,13 +172,18 @@ func SchemaVersion() string {
 
 // Migrate applies the embedded migrations under tern's advisory lock, so
 // several processes starting at once migrate exactly once.
+//
+// They run on a connection of their own, closed afterwards, not one of the
+// pool's: tern ends each migration with RESET ALL, which sent that pool
+// connection back without customPlans. It was the one that went on to
+// finish jobs through a generic plan scanning dispatch_job whole.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	conn, err := pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
+		return fmt.Errorf("store: migrate: %w", redactErr(err))
 	}
-	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), "dispatch_schema_version")
+	defer conn.Close(context.WithoutCancel(ctx))
+	m, err := migrate.NewMigrator(ctx, conn, "dispatch_schema_version")
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}

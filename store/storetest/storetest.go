@@ -59,6 +59,20 @@ func NewDatabase(t testing.TB) string {
 	if templateErr != nil {
 		t.Fatalf("storetest: PostgreSQL at %s is not usable (run `make up`): %v", redact(AdminURL()), templateErr)
 	}
+	return newDatabase(ctx, t, templateDB)
+}
+
+// NewEmptyDatabase creates a fresh database without dispatch's schema,
+// dropped at cleanup, and returns its URL.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return newDatabase(ctx, t, "template0")
+}
+
+func newDatabase(ctx context.Context, t testing.TB, template string) string {
+	t.Helper()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		t.Fatalf("storetest: connect: %v", err)
@@ -66,7 +80,7 @@ func NewDatabase(t testing.TB) string {
 	defer admin.Close(ctx)
 	name := "dispatch_test_" + randomHex(6)
 	for try := 0; ; try++ {
-		_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateDB))
+		_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template))
 		if err == nil || try > 20 || !strings.Contains(err.Error(), "being accessed by other users") {
 			break
 		}
