@@ -93,12 +93,15 @@ type Config struct {
 	NodeIDDerived         bool // NodeID came from host and pid, not DISPATCH_NODE_ID
 	LogFormat             string
 	LogLevel              string
-	ShutdownTimeout       time.Duration
-	RequeueAfter          time.Duration
-	ReceiveWait           time.Duration
-	RotationGrace         time.Duration
-	BreakerFailures       int
-	BreakerOpen           time.Duration
+	// CPUProfile, when set, is a file the process writes a pprof CPU profile
+	// of its whole run to (dispatch bench -split -cpuprofile uses it).
+	CPUProfile      string
+	ShutdownTimeout time.Duration
+	RequeueAfter    time.Duration
+	ReceiveWait     time.Duration
+	RotationGrace   time.Duration
+	BreakerFailures int
+	BreakerOpen     time.Duration
 	// SQSTimeout bounds every SQS call (a receive: its wait plus this).
 	SQSTimeout time.Duration
 	// HTTPReadTimeout bounds reading one whole request (body included),
@@ -136,6 +139,7 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxPayload:               int64(r.int("DISPATCH_MAX_PAYLOAD", DefaultMaxPayload, 1024, 64<<20)),
 		LogFormat:                r.oneOf("DISPATCH_LOG_FORMAT", DefaultLogFormat, "json", "text"),
 		LogLevel:                 r.oneOf("DISPATCH_LOG_LEVEL", DefaultLogLevel, "debug", "info", "warn", "error"),
+		CPUProfile:               r.str("DISPATCH_CPU_PROFILE", ""),
 		ShutdownTimeout:          r.duration("DISPATCH_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout),
 		RequeueAfter:             r.duration("DISPATCH_REQUEUE_AFTER", DefaultRequeueAfter),
 		ReceiveWait:              r.duration("DISPATCH_RECEIVE_WAIT", DefaultReceiveWait),
@@ -429,6 +433,7 @@ var known = map[string]bool{
 	"DISPATCH_SQS_TIMEOUT": true, "DISPATCH_HTTP_READ_TIMEOUT": true, "DISPATCH_HTTP_IDLE_TIMEOUT": true,
 	"DISPATCH_HTTP_MAX_CONNS":             true,
 	"DISPATCH_SUBSCRIPTION_DISABLE_AFTER": true,
+	"DISPATCH_CPU_PROFILE":                true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

@@ -70,7 +70,9 @@ flags:
   -cpuprofile FILE  write a pprof CPU profile of this process over the load
   -blockprofile FILE, -mutexprofile FILE
                     the same for blocking and mutex contention (sampled)
-  (with -split the profiles cover the load generator and receiver only)`
+  (with -split they cover the load generator and receiver; -cpuprofile
+  FILE also has each child write FILE.api and FILE.router, over its
+  whole run, through DISPATCH_CPU_PROFILE)`
 
 const (
 	benchDefaultSQS      = "http://127.0.0.1:9324"
@@ -227,7 +229,7 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 	})
 	var svc benchSystem
 	if o.split {
-		svc, err = startBenchSplit(ctx, env, stderr)
+		svc, err = startBenchSplit(ctx, env, o.cpuProfile, stderr)
 	} else {
 		svc, err = startBenchService(ctx, env, stderr)
 	}

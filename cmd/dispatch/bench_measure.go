@@ -467,11 +467,11 @@ func startProfiles(cpuPath, blockPath, mutexPath string) (*benchProfiles, error)
 	if cpuPath != "" {
 		f, err := os.Create(cpuPath)
 		if err != nil {
-			return nil, fmt.Errorf("bench: cpuprofile: %w", err)
+			return nil, fmt.Errorf("cpuprofile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("bench: cpuprofile: %w", err)
+			return nil, fmt.Errorf("cpuprofile: %w", err)
 		}
 		p.cpu = f
 	}

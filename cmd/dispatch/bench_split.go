@@ -41,7 +41,9 @@ type benchSplit struct {
 	err         error
 }
 
-func startBenchSplit(ctx context.Context, env []string, stderr io.Writer) (*benchSplit, error) {
+// With cpuProfile set, each child writes a CPU profile of its run to
+// cpuProfile.api and cpuProfile.router.
+func startBenchSplit(ctx context.Context, env []string, cpuProfile string, stderr io.Writer) (*benchSplit, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bench: -split: %w", err)
@@ -52,12 +54,18 @@ func startBenchSplit(ctx context.Context, env []string, stderr io.Writer) (*benc
 	}
 	s := &benchSplit{}
 	var addr string
-	s.api, addr, err = startBenchChild(ctx, exe, "api", env, stderr)
+	profiled := func(env []string, child string) []string {
+		if cpuProfile == "" {
+			return env
+		}
+		return append(slices.Clone(env), "DISPATCH_CPU_PROFILE="+cpuProfile+"."+child)
+	}
+	s.api, addr, err = startBenchChild(ctx, exe, "api", profiled(env, "api"), stderr)
 	if err != nil {
 		return nil, err
 	}
 	s.apiURL = "http://" + addr
-	routerEnv := append(slices.Clone(env), "DISPATCH_PROCESS_URL="+s.apiURL+"/api/dispatch/process")
+	routerEnv := append(profiled(env, "router"), "DISPATCH_PROCESS_URL="+s.apiURL+"/api/dispatch/process")
 	if s.router, _, err = startBenchChild(ctx, exe, "router", routerEnv, stderr); err != nil {
 		_ = s.api.stop()
 		return nil, err

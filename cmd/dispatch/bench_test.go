@@ -63,6 +63,7 @@ func TestBenchRuns(t *testing.T) {
 	sqstest.SetEnv()
 	env := append(os.Environ(), "AWS_ENDPOINT_URL_SQS="+sqstest.Endpoint(), "DATABASE_URL="+storetest.AdminURL())
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	splitProfile := filepath.Join(t.TempDir(), "split.pprof")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -85,7 +86,7 @@ func TestBenchRuns(t *testing.T) {
 		},
 		{
 			name: "fixed rate split",
-			args: []string{"-rate", "100", "-duration", "2s", "-split"},
+			args: []string{"-rate", "100", "-duration", "2s", "-split", "-cpuprofile", splitProfile},
 			want: []string{
 				`^dispatch bench +fixed rate: 100 jobs/s for 2s \(200 jobs, open loop\).*child processes`,
 				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
@@ -113,8 +114,10 @@ func TestBenchRuns(t *testing.T) {
 			}
 		})
 	}
-	data, err := os.ReadFile(profile)
-	if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
-		t.Errorf("-cpuprofile wrote %d bytes (%v), want a gzipped pprof profile", len(data), err)
+	for _, p := range []string{profile, splitProfile, splitProfile + ".api", splitProfile + ".router"} {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
+			t.Errorf("-cpuprofile wrote %d bytes to %s (%v), want a gzipped pprof profile", len(data), filepath.Base(p), err)
+		}
 	}
 }

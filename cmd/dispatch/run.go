@@ -254,6 +254,14 @@ func (a *app) rekey(ctx context.Context) error {
 // order on cancellation: the router first (its in-flight mediations still
 // need the processing endpoint), then the API.
 func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
+	if a.cfg.CPUProfile != "" {
+		p, err := startProfiles(a.cfg.CPUProfile, "", "")
+		if err != nil {
+			return fmt.Errorf("DISPATCH_CPU_PROFILE: %w", err)
+		}
+		defer p.stop() //nolint:errcheck // the profile is all there is to lose
+		a.log.Info("writing a CPU profile until the process stops", "file", a.cfg.CPUProfile)
+	}
 	var st *store.Store
 	if withAPI { // the router alone never touches the database
 		pool, s, err := a.openStore(ctx)
