@@ -314,8 +314,8 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
 	// Only the id and queued_at come back: the rest of each stored row is
-	// what was sent (storedJob), and decoding every column of every new
-	// job cost more than the insert's planning.
+	// what was sent (storedJob). Decoding every column of every new job
+	// was half of a create's allocations.
 	queuedAt := make(map[int64]*time.Time, n)
 	var (
 		id int64
@@ -339,7 +339,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		if qa, ok := queuedAt[ids[i]]; ok {
 			out[i], created[i] = storedJob(j, ids[i], now, nexts[i], qa), true
 		} else {
-			taken = append(taken, jobs[i].IdempotencyKey)
+			taken = append(taken, j.IdempotencyKey)
 		}
 	}
 	if len(taken) == 0 {

@@ -101,27 +101,8 @@ func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deliver := func(j dispatch.Job) {
-		t.Helper()
-		now := time.Now()
-		c, err := st.ClaimJob(ctx, j.ID, now, time.Minute)
-		if err != nil || c.State != dispatch.Claimed {
-			t.Fatalf("claim: state %v, err %v", c.State, err)
-		}
-		applied, err := st.FinishAttempt(ctx, dispatch.Attempt{
-			JobID: j.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: now, CompletedAt: time.Now(),
-			Status: dispatch.AttemptSuccess, ResponseCode: 200,
-		}, dispatch.Transition{Status: dispatch.StatusCompleted})
-		if err != nil || !applied {
-			t.Fatalf("finish: applied %v, err %v", applied, err)
-		}
-	}
 	for range 10 { // on a table of a few rows
-		j, _, err := st.CreateJob(ctx, newJob())
-		if err != nil {
-			t.Fatal(err)
-		}
-		deliver(j)
+		completeJob(t, st, createJob(t, st).ID, now())
 	}
 	var grown []dispatch.Job
 	for range 50 {
@@ -136,7 +117,7 @@ func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 		grown = append(grown, out...)
 	}
 	for _, j := range grown[:10] {
-		deliver(j)
+		completeJob(t, st, j.ID, now())
 	}
 	// A backend reports its table statistics as it exits.
 	pool.Close()

@@ -171,12 +171,13 @@ var claimManySQL = `
 //
 //	(j.status || '') IN ('PENDING', 'FAILED')
 //
-// so the planner cannot choose idx_dispatch_status (or a partial index
-// on status) instead of the primary key. It did: with statistics taken while few jobs were PENDING and a
-// backlog of 12,000 PENDING since, the custom plan scanned every PENDING
-// job through idx_dispatch_status into a hash join with the ids (6.3 ms on
-// a quiet table, 50-125 ms under load, against 1.1 ms by primary key), and
-// split-mode deliveries fell to 300/s for 40 s until the next autoanalyze.
+// so the planner cannot choose idx_dispatch_status (or a partial index on
+// status) instead of the primary key. It did: with statistics taken while
+// few jobs were PENDING and a backlog of 12,000 PENDING since, the custom
+// plan scanned every PENDING job through idx_dispatch_status into a hash
+// join with the ids (6.3 ms on a quiet table, 50-125 ms under load, against
+// 1.1 ms by primary key), and split-mode deliveries fell to 300/s for 40 s
+// until the next autoanalyze.
 func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	n := len(batch)
 	ids := make([]int64, n)
@@ -206,7 +207,7 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 
 // finishManySQL records a batch of attempts and their jobs' new states:
 // one row of each array per job, $1 the job ids.
-var finishManySQL = `
+const finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
@@ -501,9 +502,6 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 				unsent = append(unsent, u.ID)
 			}
 		}
-		// Only rows still carrying this mark: a sweep or a processor may
-		// have moved them on. Done even when ctx has ended (shutdown),
-		// or they would wait for the sweep.
 		if err := s.Unmark(ctx, unsent, now); err != nil {
 			return len(sent), fmt.Errorf("store: publish: %w", errors.Join(err, sendErr))
 		}
