@@ -280,12 +280,14 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			return err
 		}
 		created = true
-		var (
-			subIDs, jobIDs []int64
-			groups         []*string
-		)
+		// The matching subscriptions are read once, with everything their
+		// jobs copy, and the jobs are written from those values: no second
+		// read of dispatch_subscription, so a fan-out costs the same whether
+		// there are ten subscriptions in all or ten thousand.
+		var m fanOut
 		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(ordering_key, '') FROM dispatch_subscription
+			SELECT id, COALESCE(ordering_key, ''), url, headers::text, credentials_id, max_retries, retry_strategy
+			FROM dispatch_subscription
 			WHERE status = 'ACTIVE' AND event_types && $1 AND filter <@ $2
 			ORDER BY id`, dispatch.MatchKeys(e.Type), metadata)
 		if err != nil {
@@ -293,25 +295,24 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		}
 		for rows.Next() {
 			var (
-				id  int64
-				key string
+				id, maxRetries          int64
+				key, url, hdrs, retries string
+				creds                   *int64
 			)
-			if err := rows.Scan(&id, &key); err != nil {
+			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries); err != nil {
 				rows.Close()
 				return err
 			}
-			subIDs = append(subIDs, id)
-			jobIDs = append(jobIDs, s.NewID())
 			var g *string
 			if key != "" {
 				g = nullStr(dispatch.OrderingGroup(id, key, data))
 			}
-			groups = append(groups, g)
+			m.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries)
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(subIDs) == 0 {
+		if len(m.subIDs) == 0 {
 			out.Jobs = []dispatch.EventJob{}
 			return nil
 		}
@@ -319,16 +320,17 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
 				protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
 				retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id)
-			SELECT m.job_id, $1, $1, $2, $3, m.group_id, s.url, 'HTTP_WEBHOOK', s.headers, $4,
-				'application/json', s.credentials_id, 'PENDING', s.max_retries, s.retry_strategy,
-				$5::text || ':' || s.id::text,
-				$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', s.id::text),
-				$1, $7, s.id
-			FROM unnest($8::bigint[], $9::bigint[], $10::text[]) AS m(job_id, sub_id, group_id)
-			JOIN dispatch_subscription s ON s.id = m.sub_id
+			SELECT m.job_id, $1, $1, $2, $3, m.group_id, m.url, 'HTTP_WEBHOOK', m.headers, $4,
+				'application/json', m.credentials_id, 'PENDING', m.max_retries, m.retry_strategy,
+				$5::text || ':' || m.sub_id::text,
+				$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', m.sub_id::text),
+				$1, $7, m.sub_id
+			FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[])
+				AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy)
 			ORDER BY m.job_id
 			RETURNING id, subscription_id, status`,
-			now, e.Source, e.Type, e.Data, dispatch.FormatID(out.ID), metadata, out.ID, jobIDs, subIDs, groups)
+			now, e.Source, e.Type, e.Data, dispatch.FormatID(out.ID), metadata, out.ID,
+			m.jobIDs, m.subIDs, m.groups, m.urls, m.headers, m.creds, m.maxRetries, m.retries)
 		if err != nil {
 			return err
 		}
@@ -336,6 +338,27 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		return err
 	})
 	return out, created, err
+}
+
+// fanOut is the jobs of one event, column by column, as the subscriptions
+// that matched it give them.
+type fanOut struct {
+	jobIDs, subIDs         []int64
+	groups                 []*string
+	urls, headers, retries []string
+	creds                  []*int64
+	maxRetries             []int64
+}
+
+func (f *fanOut) add(jobID, subID int64, group *string, url, headers string, creds *int64, maxRetries int64, retries string) {
+	f.jobIDs = append(f.jobIDs, jobID)
+	f.subIDs = append(f.subIDs, subID)
+	f.groups = append(f.groups, group)
+	f.urls = append(f.urls, url)
+	f.headers = append(f.headers, headers)
+	f.creds = append(f.creds, creds)
+	f.maxRetries = append(f.maxRetries, maxRetries)
+	f.retries = append(f.retries, retries)
 }
 
 const eventColumns = `id, source, type, data, metadata, COALESCE(idempotency_key, ''), created_at`

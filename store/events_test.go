@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +65,15 @@ func TestPublishEventMatchesPatternsFilterAndStatus(t *testing.T) {
 	prefix := createSubscription(t, st, func(s *dispatch.Subscription) { s.EventTypes = []string{"invoice.paid", "order.*"} })
 	all := createSubscription(t, st, func(s *dispatch.Subscription) { s.EventTypes = []string{"*"} })
 	other := createSubscription(t, st, func(s *dispatch.Subscription) { s.EventTypes = []string{"invoice.*"} })
-	filtered := createSubscription(t, st, func(s *dispatch.Subscription) { s.Filter = map[string]string{"tenant": "acme"} })
+	creds := createCredentials(t, st)
+	filtered := createSubscription(t, st, func(s *dispatch.Subscription) {
+		s.Filter = map[string]string{"tenant": "acme"}
+		s.URL = "https://example.com/acme"
+		s.Headers = map[string]string{"X-Tenant": "acme"}
+		s.MaxRetries = 9
+		s.RetryStrategy = dispatch.RetryExponential
+		s.CredentialsID = creds.ID
+	})
 	wrongTenant := createSubscription(t, st, func(s *dispatch.Subscription) { s.Filter = map[string]string{"tenant": "umbrella"} })
 	pending := createSubscription(t, st, func(s *dispatch.Subscription) { s.Status = dispatch.SubscriptionPendingVerification })
 	disabled := createSubscription(t, st, func(s *dispatch.Subscription) { s.Status = dispatch.SubscriptionDisabled })
@@ -88,19 +97,24 @@ func TestPublishEventMatchesPatternsFilterAndStatus(t *testing.T) {
 	if len(e.Jobs) != 4 || countRows(t, pool, "dispatch_job") != 4 {
 		t.Fatalf("jobs = %d (rows %d), want 4", len(e.Jobs), countRows(t, pool, "dispatch_job"))
 	}
-	j := getJob(t, st, e.Jobs[0].ID)
-	sub := map[int64]dispatch.Subscription{exact.ID: exact, prefix.ID: prefix, all.ID: all, filtered.ID: filtered}[j.SubscriptionID]
-	if j.Payload != `{"orderId": 7}` || j.PayloadContentType != "application/json" || j.Source != "shop" ||
-		j.Type != "order.created" || j.TargetURL != sub.URL || j.MaxRetries != 4 || j.RetryStrategy != dispatch.RetryLinear ||
-		j.Headers["X-Sub"] != "1" || j.EventID != e.ID || j.Status != dispatch.StatusPending || j.GroupID != "" {
-		t.Errorf("job = %+v", j)
-	}
-	if want := dispatch.EventJobKey(e.ID, sub.ID); j.IdempotencyKey != want {
-		t.Errorf("idempotencyKey = %q, want %q", j.IdempotencyKey, want)
-	}
-	if j.Metadata["eventId"] != dispatch.FormatID(e.ID) || j.Metadata["subscriptionId"] != dispatch.FormatID(sub.ID) ||
-		j.Metadata["tenant"] != "acme" {
-		t.Errorf("metadata = %v", j.Metadata)
+	// Each job copies its own subscription's delivery settings.
+	subs := map[int64]dispatch.Subscription{exact.ID: exact, prefix.ID: prefix, all.ID: all, filtered.ID: filtered}
+	for _, ej := range e.Jobs {
+		j := getJob(t, st, ej.ID)
+		sub := subs[j.SubscriptionID]
+		if j.Payload != `{"orderId": 7}` || j.PayloadContentType != "application/json" || j.Source != "shop" ||
+			j.Type != "order.created" || j.TargetURL != sub.URL || j.MaxRetries != sub.MaxRetries ||
+			j.RetryStrategy != sub.RetryStrategy || j.CredentialsID != sub.CredentialsID ||
+			!maps.Equal(j.Headers, sub.Headers) || j.EventID != e.ID || j.Status != dispatch.StatusPending || j.GroupID != "" {
+			t.Errorf("job = %+v\nfor subscription %+v", j, sub)
+		}
+		if want := dispatch.EventJobKey(e.ID, sub.ID); j.IdempotencyKey != want {
+			t.Errorf("idempotencyKey = %q, want %q", j.IdempotencyKey, want)
+		}
+		if j.Metadata["eventId"] != dispatch.FormatID(e.ID) || j.Metadata["subscriptionId"] != dispatch.FormatID(sub.ID) ||
+			j.Metadata["tenant"] != "acme" {
+			t.Errorf("metadata = %v", j.Metadata)
+		}
 	}
 	// Jobs are found by the event id like any metadata.
 	found, total, err := st.SearchJobs(t.Context(), dispatch.JobFilter{Metadata: map[string]string{"eventId": dispatch.FormatID(e.ID)}}, 0, 20)

@@ -119,14 +119,64 @@ func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 	for _, j := range grown[:10] {
 		completeJob(t, st, j.ID, now())
 	}
-	// A backend reports its table statistics as it exits.
 	pool.Close()
+	seqRead := seqRowsRead(t, url, "dispatch_job")
+	// Each of the last ten deliveries would have read all 5,010 rows.
+	if seqRead >= int64(len(grown)) {
+		t.Errorf("sequential scans read %d rows of dispatch_job; the deliveries after it grew should find their jobs by primary key", seqRead)
+	}
+}
+
+// A fan-out reads the subscriptions that match its event, not all of them:
+// the jobs are written from the match's rows. Joining them back to
+// dispatch_subscription made PostgreSQL hash the whole table once an event
+// had a few dozen subscribers.
+func TestPublishEventReadsOnlyMatchingSubscriptions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewDatabase(t)
+	pool, err := store.Connect(ctx, url, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const subscriptions, subscribers = 5000, 50
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO dispatch_subscription (id, name, url, event_types, max_retries, retry_strategy, status, created_at, updated_at)
+		SELECT g, 'sub', 'https://example.com/hook/' || g,
+			CASE WHEN g <= $1 THEN ARRAY['order.created'] ELSE ARRAY['invoice.' || g] END,
+			5, 'exponential', 'ACTIVE', now(), now()
+		FROM generate_series(1, $2) g`, subscribers, subscriptions); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE dispatch_subscription`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if e, _ := publish(t, st, "order.created", `{}`, nil, ""); len(e.Jobs) != subscribers {
+			t.Fatalf("%d jobs, want %d", len(e.Jobs), subscribers)
+		}
+	}
+	pool.Close()
+	if n := seqRowsRead(t, url, "dispatch_subscription"); n >= subscriptions {
+		t.Errorf("three fan-outs read %d subscriptions by sequential scan; they should read the %d that match", n, subscribers)
+	}
+}
+
+// seqRowsRead is how many rows of table sequential scans have read in the
+// database at url, once every other connection to it has gone: a backend
+// reports its table statistics as it exits, so close the pools first.
+func seqRowsRead(t *testing.T, url, table string) int64 {
+	t.Helper()
+	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	var seqRead int64
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var others int
@@ -139,14 +189,12 @@ func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	var n int64
 	if err := admin.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
-		WHERE relname = 'dispatch_job'`).Scan(&seqRead); err != nil {
+		WHERE relname = $1`, table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	// Each of the last ten deliveries would have read all 5,010 rows.
-	if seqRead >= int64(len(grown)) {
-		t.Errorf("sequential scans read %d rows of dispatch_job; the deliveries after it grew should find their jobs by primary key", seqRead)
-	}
+	return n
 }
 
 // jobIndexes lists the indexes through which an EXPLAIN (FORMAT JSON) plan
