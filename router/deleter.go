@@ -7,15 +7,18 @@ import (
 	"time"
 )
 
-// deleter batches deletes: a finished message waits at most a few
-// milliseconds for nine others to share its DeleteMessageBatch call.
+// deleter batches deletes: a finished message waits at most deleteLinger
+// for nine others to share its DeleteMessageBatch call. With nothing
+// pending it sleeps: an idle router does not wake for it.
 type deleter struct {
 	q    *Queue
 	log  *slog.Logger
 	mu   sync.Mutex
 	pend []string
-	kick chan struct{}
+	kick chan struct{} // the first receipt is pending, or ten are
 }
+
+const deleteLinger = 5 * time.Millisecond
 
 func newDeleter(q *Queue, log *slog.Logger) *deleter {
 	return &deleter{q: q, log: log, kick: make(chan struct{}, 1)}
@@ -24,9 +27,9 @@ func newDeleter(q *Queue, log *slog.Logger) *deleter {
 func (d *deleter) add(receipt string) {
 	d.mu.Lock()
 	d.pend = append(d.pend, receipt)
-	full := len(d.pend) >= 10
+	n := len(d.pend)
 	d.mu.Unlock()
-	if full {
+	if n == 1 || n >= 10 {
 		select {
 		case d.kick <- struct{}{}:
 		default:
@@ -35,14 +38,27 @@ func (d *deleter) add(receipt string) {
 }
 
 func (d *deleter) run(ctx context.Context) {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
+	linger := time.NewTimer(deleteLinger)
+	linger.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
 		case <-d.kick:
+		}
+		d.mu.Lock()
+		full := len(d.pend) >= 10
+		d.mu.Unlock()
+		if !full {
+			linger.Reset(deleteLinger)
+			select {
+			case <-ctx.Done():
+				linger.Stop()
+				return
+			case <-linger.C:
+			case <-d.kick:
+				linger.Stop()
+			}
 		}
 		d.flush(ctx)
 	}

@@ -1,0 +1,13 @@
+package router
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Deleter exposes the router's delete batching to its tests.
+type Deleter struct{ d *deleter }
+
+func NewDeleter(q *Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
+func (d Deleter) Add(receipt string)                { d.d.add(receipt) }
+func (d Deleter) Run(ctx context.Context)           { d.d.run(ctx) }
