@@ -28,7 +28,7 @@ type procSetup struct {
 
 // setupProcessor builds a Processor on a fresh database. The backoff has
 // no jitter (2s base) so retry delays are exact; cfg fields override.
-func setupProcessor(t *testing.T, cfg mediator.ProcessorConfig) procSetup {
+func setupProcessor(t testing.TB, cfg mediator.ProcessorConfig) procSetup {
 	t.Helper()
 	st, pool, _ := storetest.New(t, store.Options{NodeID: 2})
 	if cfg.Sender == nil {
