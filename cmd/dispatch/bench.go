@@ -982,6 +982,11 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 			perDelivery(max(c.box-attributed, 0), n))
 	}
 
+	if c.switches > 0 {
+		fmt.Fprintf(tw, "context switches\t%s\t(per delivery, whole box: ctxt from /proc/stat, a CPU going from one thread to another)\n",
+			perDeliveryN(c.switches, n))
+	}
+
 	if r.pgRoundTrips >= 0 {
 		fmt.Fprintf(tw, "PG round trips\t%s\t(per delivery: requests the service's connections sent, as TCP data segments from TCP_INFO)\n",
 			perDeliveryN(r.pgRoundTrips, n))

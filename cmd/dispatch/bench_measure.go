@@ -31,10 +31,12 @@ const clockTick = time.Second / 100
 
 // ---------------------------------------------------------------- CPU
 
-// boxCPU is the first line of /proc/stat: every CPU of the machine.
+// boxCPU is the first line of /proc/stat, every CPU of the machine, and
+// its ctxt line.
 type boxCPU struct {
-	busy  time.Duration // user + nice + system + irq + softirq
-	total time.Duration // busy + idle + iowait + steal
+	busy     time.Duration // user + nice + system + irq + softirq
+	total    time.Duration // busy + idle + iowait + steal
+	switches int64         // context switches since boot
 }
 
 func readBoxCPU() (boxCPU, error) {
@@ -54,7 +56,14 @@ func readBoxCPU() (boxCPU, error) {
 		}
 	}
 	busy := v[0] + v[1] + v[2] + v[5] + v[6]
-	return boxCPU{busy: time.Duration(busy) * clockTick, total: time.Duration(busy+v[3]+v[4]+v[7]) * clockTick}, nil
+	b := boxCPU{busy: time.Duration(busy) * clockTick, total: time.Duration(busy+v[3]+v[4]+v[7]) * clockTick}
+	for l := range strings.Lines(string(data)) {
+		if n, ok := strings.CutPrefix(l, "ctxt "); ok {
+			b.switches, _ = strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+			break
+		}
+	}
+	return b, nil
 }
 
 // selfCPU is the user+system CPU this process has used (getrusage), with
@@ -185,6 +194,7 @@ func sampleCPU(benchDB string, children []int) cpuSample {
 // cpuUse is the CPU spent between two samples.
 type cpuUse struct {
 	box, boxTotal time.Duration
+	switches      int64 // context switches on the whole box
 	self          time.Duration
 	children      []time.Duration
 	pgBench       time.Duration
@@ -193,7 +203,8 @@ type cpuUse struct {
 }
 
 func (a cpuSample) until(b cpuSample) cpuUse {
-	u := cpuUse{box: b.box.busy - a.box.busy, boxTotal: b.box.total - a.box.total, self: b.self - a.self}
+	u := cpuUse{box: b.box.busy - a.box.busy, boxTotal: b.box.total - a.box.total,
+		switches: b.box.switches - a.box.switches, self: b.self - a.self}
 	for i := range b.children {
 		u.children = append(u.children, b.children[i]-a.children[i])
 	}

@@ -79,6 +79,7 @@ func TestBenchRuns(t *testing.T) {
 				`^CPU per delivery +[0-9.]+ ms +\(whole box`,
 				`^  this process +[0-9.]+ ms`,
 				`^  PostgreSQL +[0-9.]+ ms`,
+				`^context switches +[0-9.]+ +\(per delivery, whole box`,
 				`^PG round trips +[0-9.]+ +\(per delivery`,
 				`^PG (statements|transactions) +[0-9.]+ `,
 				`^peak RSS +[0-9.]+ MiB`,
