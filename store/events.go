@@ -284,7 +284,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		// jobs copy, and the jobs are written from those values: no second
 		// read of dispatch_subscription, so a fan-out costs the same whether
 		// there are ten subscriptions in all or ten thousand.
-		var m fanOut
+		var fan fanOut
 		rows, err := tx.Query(ctx, `
 			SELECT id, COALESCE(ordering_key, ''), url, headers::text, credentials_id, max_retries, retry_strategy
 			FROM dispatch_subscription
@@ -307,12 +307,12 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			if key != "" {
 				g = nullStr(dispatch.OrderingGroup(id, key, data))
 			}
-			m.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries)
+			fan.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries)
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(m.subIDs) == 0 {
+		if len(fan.subIDs) == 0 {
 			out.Jobs = []dispatch.EventJob{}
 			return nil
 		}
@@ -330,7 +330,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			ORDER BY m.job_id
 			RETURNING id, subscription_id, status`,
 			now, e.Source, e.Type, e.Data, dispatch.FormatID(out.ID), metadata, out.ID,
-			m.jobIDs, m.subIDs, m.groups, m.urls, m.headers, m.creds, m.maxRetries, m.retries)
+			fan.jobIDs, fan.subIDs, fan.groups, fan.urls, fan.headers, fan.creds, fan.maxRetries, fan.retries)
 		if err != nil {
 			return err
 		}
