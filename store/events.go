@@ -293,12 +293,12 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		if err != nil {
 			return err
 		}
+		var ( // declared once: as Scan's targets they live on the heap
+			id, maxRetries          int64
+			key, url, hdrs, retries string
+			creds                   *int64
+		)
 		for rows.Next() {
-			var (
-				id, maxRetries          int64
-				key, url, hdrs, retries string
-				creds                   *int64
-			)
 			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries); err != nil {
 				rows.Close()
 				return err
