@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -22,6 +23,13 @@ import (
 )
 
 func main() {
+	// One P unless the environment says otherwise. The stand-in is light,
+	// and on a small box it shares with PostgreSQL and dispatch a second
+	// P bought only scheduler work: at 200 deliveries/s it used a third
+	// less CPU with one, and under full load no less throughput.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
