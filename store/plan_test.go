@@ -26,16 +26,8 @@ func TestClaimIsPlannedByPrimaryKeyWithStaleStatistics(t *testing.T) {
 	ctx := t.Context()
 	insert := func(n int, status string) []int64 {
 		t.Helper()
-		batch := make([]*dispatch.Job, n)
-		for i := range batch {
-			batch[i] = newJob()
-		}
-		out, _, err := st.CreateJobs(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
 		ids := make([]int64, n)
-		for i, j := range out {
+		for i, j := range createJobs(t, st, n) {
 			ids[i] = j.ID
 		}
 		if _, err := pool.Exec(ctx, `UPDATE dispatch_job SET status = $2 WHERE id = ANY($1)`, ids, status); err != nil {
@@ -106,15 +98,7 @@ func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 	}
 	var grown []dispatch.Job
 	for range 50 {
-		batch := make([]*dispatch.Job, 100)
-		for i := range batch {
-			batch[i] = newJob()
-		}
-		out, _, err := st.CreateJobs(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		grown = append(grown, out...)
+		grown = append(grown, createJobs(t, st, 100)...)
 	}
 	for _, j := range grown[:10] {
 		completeJob(t, st, j.ID, now())

@@ -115,15 +115,7 @@ func BenchmarkClaimAndFinishParallel(b *testing.B) {
 	n := b.N // RunParallel runs exactly b.N iterations in all
 	ids := make(chan int64, n+100)
 	for i := 0; i < n; i += 100 {
-		batch := make([]*dispatch.Job, 100)
-		for k := range batch {
-			batch[k] = newJob()
-		}
-		out, _, err := st.CreateJobs(ctx, batch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, j := range out {
+		for _, j := range createJobs(b, st, 100) {
 			ids <- j.ID
 		}
 	}

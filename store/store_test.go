@@ -60,6 +60,20 @@ func createJob(t *testing.T, st *store.Store, mods ...func(*dispatch.Job)) dispa
 	return j
 }
 
+// createJobs stores n jobs made by newJob through one batch create.
+func createJobs(t testing.TB, st *store.Store, n int) []dispatch.Job {
+	t.Helper()
+	batch := make([]*dispatch.Job, n)
+	for i := range batch {
+		batch[i] = newJob()
+	}
+	out, _, err := st.CreateJobs(t.Context(), batch)
+	if err != nil {
+		t.Fatalf("CreateJobs: %v", err)
+	}
+	return out
+}
+
 func getJob(t *testing.T, st *store.Store, id int64) dispatch.Job {
 	t.Helper()
 	j, err := st.GetJob(t.Context(), id)
