@@ -330,6 +330,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("after rotation: %+v, want a previous-secret grace period and no secret shown", cred)
 	}
 	b.shot("10-credentials-rotated")
+	// The row's buttons fit in the list's card, not cut off at its edge.
+	if over := eval[float64](b, `(() => { const d = document.querySelector('[data-delete="`+credID+`"]');
+		return d.getBoundingClientRect().right - d.closest('.card').getBoundingClientRect().right; })()`); over > 0 {
+		t.Errorf("the Delete button of a credentials row sticks out of its card by %.0f px", over)
+	}
 
 	// Events and subscriptions (SPEC §10) with the credentials above.
 	consoleEventsAndSubscriptions(t, in, b, credID)

@@ -66,7 +66,9 @@ export function credentialsPage(main) {
         clear(list, h('div', { class: 'card' }, empty('No credentials yet', 'Create one above; jobs refer to it by credentialsId.')));
         return;
       }
-      clear(list, h('div', { class: 'card card-flush' }, h('table', { class: 'table', id: 'credentials-table' },
+      // Times may wrap (date over time) so that the row's buttons fit; on a
+      // narrower screen the table scrolls rather than cutting them off.
+      clear(list, h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table', id: 'credentials-table' },
         h('thead', {}, h('tr', {}, ['Id', 'Scheme', 'Bearer token', 'Previous secret valid until', 'Created', 'Updated', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, res.items.map((c) => {
           const cell = h('td', { class: 'row-actions' },
@@ -74,9 +76,9 @@ export function credentialsPage(main) {
             h('button', { class: 'btn btn-sm btn-ghost', dataset: { delete: c.id }, onclick: () => confirmDelete(c, cell) }, 'Delete'));
           return h('tr', { dataset: { id: c.id } },
             h('td', { class: 'mono' }, c.id), h('td', {}, c.signatureScheme), h('td', {}, c.hasBearerToken ? 'set' : '—'),
-            h('td', { class: 'prev-until nowrap' }, c.previousSecretExpiresAt ? fmtTime(c.previousSecretExpiresAt) : '—'),
-            h('td', { class: 'nowrap' }, fmtTime(c.createdAt)), h('td', { class: 'nowrap' }, fmtTime(c.updatedAt)), cell);
-        })))));
+            h('td', { class: 'prev-until' }, c.previousSecretExpiresAt ? fmtTime(c.previousSecretExpiresAt) : '—'),
+            h('td', {}, fmtTime(c.createdAt)), h('td', {}, fmtTime(c.updatedAt)), cell);
+        }))))));
     } catch (e) {
       clear(list, errorBox(e));
     }
