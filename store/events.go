@@ -133,17 +133,23 @@ func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFi
 	if len(conds) > 0 {
 		where = " WHERE " + strings.Join(conds, " AND ")
 	}
-	var total int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription`+where, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("store: count subscriptions: %w", err)
-	}
-	args = append(args, size, page*size)
-	rows, err := s.pool.Query(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription`+where+
-		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
-	}
-	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
+	var (
+		subs  []dispatch.Subscription
+		total int
+	)
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription`+where, args...).Scan(&total); err != nil {
+			return err
+		}
+		args = append(args, size, page*size)
+		rows, err := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription`+where+
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+		if err != nil {
+			return err
+		}
+		subs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
 	}
@@ -436,17 +442,23 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 	if len(conds) > 0 {
 		where = " WHERE " + strings.Join(conds, " AND ")
 	}
-	var total int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("store: count events: %w", err)
-	}
-	args = append(args, size, page*size)
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM dispatch_event`+where+
-		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("store: search events: %w", err)
-	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
+	var (
+		events  []dispatch.Event
+		total int
+	)
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
+			return err
+		}
+		args = append(args, size, page*size)
+		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM dispatch_event`+where+
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+		if err != nil {
+			return err
+		}
+		events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search events: %w", err)
 	}

@@ -434,17 +434,23 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 // SearchJobs returns one page of matching jobs, newest first, and the total.
 func (s *Store) SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error) {
 	where, args := filterWhere(f)
-	var total int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("store: count jobs: %w", err)
-	}
-	args = append(args, size, page*size)
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job`+where+
-		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+	var (
+		jobs  []dispatch.Job
+		total int
+	)
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&total); err != nil {
+			return err
+		}
+		args = append(args, size, page*size)
+		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job`+where+
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+		if err != nil {
+			return err
+		}
+		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
+		return err
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
 	}
@@ -549,6 +555,10 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	var out dispatch.ReplayResult
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		out = dispatch.ReplayResult{}
+		// The selection filters as the console's searches do (see browse).
+		if _, err := tx.Exec(ctx, browseSettings); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT id, credentials_id FROM dispatch_job`+where+` AND `+credsGone+
 			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
 		if err != nil {
@@ -628,7 +638,10 @@ func replayableWhere(f dispatch.JobFilter) (string, []any) {
 func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
 	where, args := replayableWhere(f)
 	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n); err != nil {
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("store: count replayable: %w", err)
 	}
 	return n, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dispatchhq/dispatch"
 )
 
@@ -34,30 +36,33 @@ func (s *Store) Stats(ctx context.Context, to time.Time, window, bucket time.Dur
 	end := to.Truncate(bucket).Add(bucket)
 	from := end.Add(-window)
 	out := dispatch.Stats{From: from, To: end, Bucket: bucket, Total: dispatch.StatsBucket{Start: from}}
-	rows, err := s.pool.Query(ctx, statsQuery, from, end, bucket)
-	if err != nil {
-		return out, fmt.Errorf("store: stats: %w", err)
-	}
-	defer rows.Close()
 	byStart := map[time.Time]dispatch.StatsBucket{}
-	for rows.Next() {
-		var (
-			start *time.Time
-			b     dispatch.StatsBucket
-		)
-		if err := rows.Scan(&start, &b.Success, &b.Failure, &b.Timeout, &b.NetworkError, &b.Blocked,
-			&b.P50Millis, &b.P99Millis); err != nil {
-			return out, fmt.Errorf("store: stats: %w", err)
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, statsQuery, from, end, bucket)
+		if err != nil {
+			return err
 		}
-		if start == nil { // the ROLLUP row: the whole window
-			b.Start = from
-			out.Total = b
-			continue
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				start *time.Time
+				b     dispatch.StatsBucket
+			)
+			if err := rows.Scan(&start, &b.Success, &b.Failure, &b.Timeout, &b.NetworkError, &b.Blocked,
+				&b.P50Millis, &b.P99Millis); err != nil {
+				return err
+			}
+			if start == nil { // the ROLLUP row: the whole window
+				b.Start = from
+				out.Total = b
+				continue
+			}
+			b.Start = start.UTC()
+			byStart[b.Start] = b
 		}
-		b.Start = start.UTC()
-		byStart[b.Start] = b
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return out, fmt.Errorf("store: stats: %w", err)
 	}
 	for t := from; t.Before(end); t = t.Add(bucket) {

@@ -107,7 +107,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 
 // Connect opens a pgx pool. Unless DATABASE_URL sets pool_max_conns, the
 // pool holds up to minConns connections: pgx's default (4 on two cores)
-// would make a pool of 20 deliveries queue for connections.
+// would make a pool of 20 deliveries queue for connections. Each connection
+// plans as deliveryPlans says.
 func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -116,8 +117,11 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
 	}
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		cfg.AfterConnect = customPlans
+	if set := deliveryPlans(cfg.ConnConfig.RuntimeParams); set != "" {
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, set)
+			return err
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -126,28 +130,62 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	return pool, nil
 }
 
-// customPlans makes a connection plan every statement for its arguments
-// (plan_cache_mode = force_custom_plan) unless DATABASE_URL names a
-// plan_cache_mode itself.
+// deliveryPlans returns the SET statements that make a connection plan each
+// statement once, for the delivery path, leaving out any setting that
+// DATABASE_URL names itself:
 //
-// pgx prepares each statement once per connection. After five runs
-// PostgreSQL may switch a prepared statement to a generic plan, costed
-// against the table as it was then and kept until the next ANALYZE. Made
-// while dispatch_job was small (a new deployment, autovacuum's first
-// minute), the finish's generic plan joined each batch to a sequential scan
-// of the whole table, and kept doing so as the table grew: 1,612 scans
-// reading 24.5M rows in one 50,000-job bench run
-// (TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows).
+//	plan_cache_mode = force_generic_plan
+//	enable_seqscan = off
 //
-// The price is a planning pass per statement, which the hot statements
-// share across the batch each carries. Measured on the 2-core build
-// machine: batched claims and finishes 5 % faster, a lone create, claim
-// and finish 12-15 % slower (BenchmarkDeliveryCycle), PostgreSQL CPU per
-// delivery at a fixed 200/s 0.12 ms higher. Planning each call without a
-// prepared statement, for the claim and finish alone, cost more than this.
-func customPlans(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
-	return err
+// Every statement the pipeline runs (create, publish, claim, finish, fan
+// out, and the lookups by key around them) finds its rows through an index.
+// pgx prepares each once per connection; with these settings PostgreSQL
+// plans it once too, and reuses the plan on every run.
+//
+// Both are needed. A generic plan is costed against the table as it is when
+// it is made and kept until the next ANALYZE. Made while dispatch_job was
+// small (a new deployment, autovacuum's first minute), the finish's generic
+// plan joined each batch to a sequential scan of the whole table, and kept
+// doing so as the table grew: 1,612 scans reading 24.5M rows in one
+// 50,000-job bench run (TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows).
+// With sequential scans off, a plan made on an empty table reads by key.
+//
+// Until 2026-11 the pool planned every statement for its arguments instead
+// (force_custom_plan). That was safe but cost a planning pass per
+// statement: under full load 23 % of PostgreSQL's CPU on the 2-core build
+// machine, 0.04-0.05 ms per delivery.
+//
+// The console's searches, counts and statistics filter on whatever an
+// operator asks for, where a sequential scan or a plan for the arguments
+// can be the right one: they run through browse, which restores
+// PostgreSQL's own planning for their transaction.
+func deliveryPlans(named map[string]string) string {
+	var set []string
+	for _, s := range [][2]string{{"plan_cache_mode", "force_generic_plan"}, {"enable_seqscan", "off"}} {
+		if _, ok := named[s[0]]; !ok {
+			set = append(set, "SET "+s[0]+" = "+s[1])
+		}
+	}
+	return strings.Join(set, "; ")
+}
+
+// browseSettings plan a transaction's statements as PostgreSQL does by
+// default, and each for its arguments (see deliveryPlans and browse).
+const browseSettings = `SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode = force_custom_plan`
+
+// browse runs fn in a read-only transaction planned for what it asks:
+// sequential scans allowed, each statement planned for its arguments. The
+// console's searches go through it: their filters are whatever an operator
+// typed. Its one snapshot (REPEATABLE READ) makes a page and its total
+// count agree.
+func (s *Store) browse(ctx context.Context, fn func(pgx.Tx) error) error {
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	return pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, browseSettings); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // SchemaVersion identifies the embedded migrations: a short hash of their
@@ -175,8 +213,8 @@ func SchemaVersion() string {
 //
 // They run on a connection of their own, closed afterwards, not one of the
 // pool's: tern ends each migration with RESET ALL, which sent that pool
-// connection back without customPlans. It was the one that went on to
-// finish jobs through a generic plan scanning dispatch_job whole.
+// connection back without its deliveryPlans. It was the one that went on
+// to finish jobs through a generic plan scanning dispatch_job whole.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
