@@ -1,0 +1,47 @@
+package router_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// BenchmarkQueueCycle is one batch of ten messages through the queue as the
+// service drives it: a SendMessageBatch (the publisher), a ReceiveMessage
+// (the router) and a DeleteMessageBatch (the deleter), against the SQS
+// stand-in. Per op: three calls, ten messages.
+func BenchmarkQueueCycle(b *testing.B) {
+	sq := sqstest.New(b, 30*time.Second)
+	ctx := context.Background()
+	q, err := router.OpenQueue(ctx, sq.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	entries := make([]router.Entry, 10)
+	receipts := make([]string, 0, 10)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range entries {
+			id := strconv.Itoa(i*10 + j)
+			entries[j] = router.Entry{Body: `{"job_id":"` + id + `"}`, GroupID: "g" + strconv.Itoa(j), DeduplicationID: id}
+		}
+		if _, err := q.SendBatch(ctx, entries); err != nil {
+			b.Fatal(err)
+		}
+		msgs, err := q.Receive(ctx, 10, time.Second, 30*time.Second, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		receipts = receipts[:0]
+		for _, m := range msgs {
+			receipts = append(receipts, m.Receipt)
+		}
+		if err := q.DeleteBatch(ctx, receipts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
