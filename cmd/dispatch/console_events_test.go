@@ -102,10 +102,23 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	b.waitFor("two subscriptions listed", `document.querySelectorAll('#subscriptions-table tbody tr').length === 2`)
 	silentID := eval[string](b, `[...document.querySelectorAll('#subscriptions-table tbody tr')].map(r => r.dataset.id).find(id => id !== `+quoteJS(subID)+`)`)
 	b.shot("13-subscriptions")
+	// A row's buttons never cover one another: "Edit" is a link, and an
+	// inline link once sat on top of "Delete" when they stacked.
+	overlaps := `[...document.querySelectorAll('#subscriptions-table .sub-actions')].flatMap(cell => {
+		const r = [...cell.children].map(e => [e.textContent, e.getBoundingClientRect()]);
+		return r.flatMap(([a, p], i) => r.slice(i + 1).filter(([, q]) =>
+			p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom).map(([b]) => a + '/' + b));
+	}).join(', ')`
+	if got := eval[string](b, overlaps); got != "" {
+		t.Errorf("at 1280 px these subscription buttons overlap: %s", got)
+	}
 	// At a small laptop's width the table still fits.
 	b.do("narrow the window", chromedp.EmulateViewport(1024, 768))
 	if w := eval[int](b, `document.querySelector('#subscriptions-table').getBoundingClientRect().right > document.documentElement.clientWidth ? 1 : 0`); w != 0 {
 		t.Errorf("at 1024 px the subscriptions table is wider than the window")
+	}
+	if got := eval[string](b, overlaps); got != "" {
+		t.Errorf("at 1024 px these subscription buttons overlap: %s", got)
 	}
 	b.shot("13b-subscriptions-1024")
 	b.do("widen the window again", chromedp.EmulateViewport(1280, 900))
