@@ -150,7 +150,7 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 // 50,000-job bench run (TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows).
 // With sequential scans off, a plan made on an empty table reads by key.
 //
-// Until 2026-11 the pool planned every statement for its arguments instead
+// Until 2026-11-25 the pool planned every statement for its arguments instead
 // (force_custom_plan). That was safe but cost a planning pass per
 // statement: under full load 23 % of PostgreSQL's CPU on the 2-core build
 // machine, 0.04-0.05 ms per delivery.
