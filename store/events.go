@@ -443,8 +443,8 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 		where = " WHERE " + strings.Join(conds, " AND ")
 	}
 	var (
-		events  []dispatch.Event
-		total int
+		events []dispatch.Event
+		total  int
 	)
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
