@@ -137,13 +137,13 @@ func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFi
 		subs  []dispatch.Subscription
 		total int
 	)
+	paged := append(slices.Clip(args), size, page*size)
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription`+where, args...).Scan(&total); err != nil {
 			return err
 		}
-		args = append(args, size, page*size)
 		rows, err := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
 		if err != nil {
 			return err
 		}
@@ -446,13 +446,13 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 		events []dispatch.Event
 		total  int
 	)
+	paged := append(slices.Clip(args), size, page*size)
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
 			return err
 		}
-		args = append(args, size, page*size)
 		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM dispatch_event`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -438,13 +439,13 @@ func (s *Store) SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size
 		jobs  []dispatch.Job
 		total int
 	)
+	paged := append(slices.Clip(args), size, page*size)
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&total); err != nil {
 			return err
 		}
-		args = append(args, size, page*size)
 		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/store"
@@ -186,6 +187,15 @@ func TestDeliveryStatementsArePlannedOnce(t *testing.T) {
 	if !searched {
 		t.Error("the search's count is not among the connection's prepared statements")
 	}
+	for setting, want := range map[string]string{"plan_cache_mode": "force_custom_plan", "enable_seqscan": "on"} {
+		got, err := store.BrowseSetting(ctx, st, setting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("inside a search's transaction %s = %q, want %q", setting, got, want)
+		}
+	}
 	for setting, want := range map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"} {
 		var got string
 		if err := pool.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&got); err != nil {
@@ -193,6 +203,99 @@ func TestDeliveryStatementsArePlannedOnce(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("after a search the connection has %s = %q, want %q", setting, got, want)
+		}
+	}
+}
+
+// The publisher takes its batch of due jobs by key, whatever the
+// statistics say. As a generic plan, a LIMIT given as a parameter was
+// reckoned at a tenth of the backlog the statistics showed, and the batch
+// was joined to a read of the whole primary key.
+func TestPublishDueReadsOnlyTheJobsItTakes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewDatabase(t)
+	open := func() (*store.Store, *pgxpool.Pool) {
+		t.Helper()
+		pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, pool
+	}
+	const backlog, batch, rounds = 5000, 100, 3
+	st, pool := open()
+	for range backlog / 100 {
+		createJobs(t, st, 100) // no hand-off in this Store: every job waits for the outbox
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	seq0, idx0 := rowsRead(t, url, "dispatch_job")
+	st, pool = open() // a new connection plans with the backlog in the statistics
+	sent := 0
+	for range rounds {
+		n, err := st.PublishDue(ctx, time.Now().Add(time.Second), batch, func(due []dispatch.Unsent) ([]int64, error) {
+			ids := make([]int64, len(due))
+			for i, u := range due {
+				ids[i] = u.ID
+			}
+			return ids, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += n
+	}
+	if sent != rounds*batch {
+		t.Fatalf("published %d jobs, want %d", sent, rounds*batch)
+	}
+	pool.Close()
+	// Each round reads its batch through the outbox index and updates it
+	// by primary key: a few hundred rows. A join to the whole primary key
+	// reads the backlog every round.
+	seq, idx := rowsRead(t, url, "dispatch_job")
+	if seq, idx = seq-seq0, idx-idx0; seq+idx >= backlog {
+		t.Errorf("%d rounds of %d read %d rows of dispatch_job by sequential scan and %d through indexes; want about %d",
+			rounds, batch, seq, idx, 2*rounds*batch)
+	}
+}
+
+// The planner settings follow DATABASE_URL: the pool's pair (generic
+// plans, no sequential scans) only in pgx's default mode and when the URL
+// names neither; a generic plan free to scan the table is never set up.
+func TestPlannerSettingsFollowDatabaseURL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewDatabase(t)
+	for _, c := range []struct{ param, planMode, seqscan string }{
+		{"", "force_generic_plan", "off"},
+		{"enable_seqscan=on", "auto", "on"},
+		{"plan_cache_mode=force_custom_plan", "force_custom_plan", "on"},
+		{"default_query_exec_mode=exec", "auto", "on"},
+		{"default_query_exec_mode=simple_protocol", "auto", "on"},
+	} {
+		u := url
+		if c.param != "" {
+			u = withParam(url, c.param)
+		}
+		pool, err := store.Connect(ctx, u, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var planMode, seqscan string
+		err = pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')").Scan(&planMode, &seqscan)
+		pool.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if planMode != c.planMode || seqscan != c.seqscan {
+			t.Errorf("with %q: plan_cache_mode %s, enable_seqscan %s; want %s, %s", c.param, planMode, seqscan, c.planMode, c.seqscan)
 		}
 	}
 }
@@ -231,8 +334,9 @@ func TestPublishEventReadsOnlyMatchingSubscriptions(t *testing.T) {
 		}
 	}
 	pool.Close()
-	if n, _ := rowsRead(t, url, "dispatch_subscription"); n >= subscriptions {
-		t.Errorf("three fan-outs read %d subscriptions by sequential scan; they should read the %d that match", n, subscribers)
+	if seq, idx := rowsRead(t, url, "dispatch_subscription"); seq+idx >= subscriptions {
+		t.Errorf("three fan-outs read %d subscriptions by sequential scan and %d through indexes; they should read the %d that match",
+			seq, idx, subscribers)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -448,9 +449,20 @@ func (s *Store) Unmark(ctx context.Context, ids []int64, mark time.Time) error {
 // jobs look queued and the sweep sends them after DISPATCH_REQUEUE_AFTER,
 // as for a lost message: at least once, never never.
 func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("store: publish: limit %d, want at least 1", limit)
+	}
+	// The pool's plans are generic (see deliveryPlans), made once per
+	// connection, so the statement leaves the planner no choice that
+	// depends on the table's size then. The batch is an array (= ANY), not
+	// a join: as `id IN (SELECT …)` the plan hashed the batch against a read
+	// of the whole primary key, on a table of a few thousand jobs and, with
+	// LIMIT $2 (reckoned at a tenth of the rows), on one of any size. The
+	// limit is written into the statement; the publisher's batch size is
+	// fixed, so this is still one prepared statement.
 	rows, err := s.pool.Query(ctx, `
 		UPDATE dispatch_job SET queued_at = $1
-		WHERE id IN (
+		WHERE id = ANY (ARRAY(
 			SELECT id FROM dispatch_job j
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 				-- A pointer sent again (stepped aside, or replacing a lost
@@ -458,9 +470,9 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 				AND (pointer_gen = 0 OR group_id IS NULL OR NOT EXISTS (
 					SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
 						AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
-			ORDER BY next_attempt_at, id LIMIT $2
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id, COALESCE(group_id, ''), pointer_gen, next_attempt_at`, now, limit)
+			ORDER BY next_attempt_at, id LIMIT `+strconv.Itoa(limit)+`
+			FOR UPDATE SKIP LOCKED))
+		RETURNING id, COALESCE(group_id, ''), pointer_gen, next_attempt_at`, now)
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
 	}

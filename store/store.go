@@ -117,7 +117,7 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
 	}
-	if set := deliveryPlans(cfg.ConnConfig.RuntimeParams); set != "" {
+	if set := deliveryPlans(cfg.ConnConfig); set != "" {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, set)
 			return err
@@ -131,8 +131,7 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 }
 
 // deliveryPlans returns the SET statements that make a connection plan each
-// statement once, for the delivery path, leaving out any setting that
-// DATABASE_URL names itself:
+// statement once, for the delivery path:
 //
 //	plan_cache_mode = force_generic_plan
 //	enable_seqscan = off
@@ -149,9 +148,17 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 // doing so as the table grew: 1,612 scans reading 24.5M rows in one
 // 50,000-job bench run (TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows).
 // With sequential scans off, a plan made on an empty table reads by key.
+// So they go together: when DATABASE_URL names either, neither is set, and
+// the URL's settings (with PostgreSQL's defaults for the rest) apply.
 //
-// Until 2026-11-25 the pool planned every statement for its arguments instead
-// (force_custom_plan). That was safe but cost a planning pass per
+// They are set only in pgx's default mode, which prepares each statement
+// once per connection (default_query_exec_mode=cache_statement). In the
+// other modes statements are unnamed or their values inlined, so each run
+// is planned for its arguments anyway, and a forced generic plan would only
+// plan worse.
+//
+// Until 2026-11-25 the pool planned every statement for its arguments
+// instead (force_custom_plan). That was safe but cost a planning pass per
 // statement: under full load 23 % of PostgreSQL's CPU on the 2-core build
 // machine, 0.04-0.05 ms per delivery.
 //
@@ -159,19 +166,21 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 // operator asks for, where a sequential scan or a plan for the arguments
 // can be the right one: they run through browse, which restores
 // PostgreSQL's own planning for their transaction.
-func deliveryPlans(named map[string]string) string {
-	var set []string
-	for _, s := range [][2]string{{"plan_cache_mode", "force_generic_plan"}, {"enable_seqscan", "off"}} {
-		if _, ok := named[s[0]]; !ok {
-			set = append(set, "SET "+s[0]+" = "+s[1])
+func deliveryPlans(cfg *pgx.ConnConfig) string {
+	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return ""
+	}
+	for _, name := range []string{"plan_cache_mode", "enable_seqscan"} {
+		if _, named := cfg.RuntimeParams[name]; named {
+			return ""
 		}
 	}
-	return strings.Join(set, "; ")
+	return "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off"
 }
 
 // browseSettings plan a transaction's statements as PostgreSQL does by
 // default, and each for its arguments (see deliveryPlans and browse).
-const browseSettings = `SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode = force_custom_plan`
+const browseSettings = `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`
 
 // browse runs fn in a read-only transaction planned for what it asks:
 // sequential scans allowed, each statement planned for its arguments. The
