@@ -144,22 +144,8 @@ func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
 // ListCredentials returns one page of credentials, newest first, and the
 // total. Secrets are opened like GetCredentials'; callers show none.
 func (s *Store) ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error) {
-	var (
-		out   []dispatch.Credentials
-		total int
-	)
-	err := s.browse(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_credentials`).Scan(&total); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+credentialsColumns+` FROM dispatch_credentials
-			ORDER BY id DESC LIMIT $1 OFFSET $2`, size, page*size)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Credentials, error) { return s.scanCredentials(r) })
-		return err
-	})
+	out, total, err := newestPage(ctx, s, "dispatch_credentials", credentialsColumns, "", nil, page, size,
+		func(r pgx.CollectableRow) (dispatch.Credentials, error) { return s.scanCredentials(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list credentials: %w", err)
 	}

@@ -133,23 +133,8 @@ func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFi
 	if len(conds) > 0 {
 		where = " WHERE " + strings.Join(conds, " AND ")
 	}
-	var (
-		subs  []dispatch.Subscription
-		total int
-	)
-	paged := append(slices.Clip(args), size, page*size)
-	err := s.browse(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription`+where, args...).Scan(&total); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM dispatch_subscription`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
-		if err != nil {
-			return err
-		}
-		subs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
-		return err
-	})
+	subs, total, err := newestPage(ctx, s, "dispatch_subscription", subscriptionColumns, where, args, page, size,
+		func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
 	}
@@ -442,23 +427,8 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 	if len(conds) > 0 {
 		where = " WHERE " + strings.Join(conds, " AND ")
 	}
-	var (
-		events []dispatch.Event
-		total  int
-	)
-	paged := append(slices.Clip(args), size, page*size)
-	err := s.browse(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_event`+where, args...).Scan(&total); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM dispatch_event`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
-		if err != nil {
-			return err
-		}
-		events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
-		return err
-	})
+	events, total, err := newestPage(ctx, s, "dispatch_event", eventColumns, where, args, page, size,
+		func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search events: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -435,23 +434,8 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 // SearchJobs returns one page of matching jobs, newest first, and the total.
 func (s *Store) SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error) {
 	where, args := filterWhere(f)
-	var (
-		jobs  []dispatch.Job
-		total int
-	)
-	paged := append(slices.Clip(args), size, page*size)
-	err := s.browse(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&total); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job`+where+
-			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
-		if err != nil {
-			return err
-		}
-		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
-		return err
-	})
+	jobs, total, err := newestPage(ctx, s, "dispatch_job", jobColumns, where, args, page, size,
+		func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -195,6 +196,30 @@ func (s *Store) browse(ctx context.Context, fn func(pgx.Tx) error) error {
 		}
 		return fn(tx)
 	})
+}
+
+// newestPage reads one page of table's rows matching where (with args),
+// newest first, and how many match in all, from one snapshot (browse).
+func newestPage[T any](ctx context.Context, s *Store, table, columns, where string, args []any, page, size int,
+	scan func(pgx.CollectableRow) (T, error)) ([]T, int, error) {
+	var (
+		out   []T
+		total int
+	)
+	paged := append(slices.Clip(args), size, page*size)
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+table+where, args...).Scan(&total); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+table+where+
+			fmt.Sprintf(` ORDER BY id DESC LIMIT $%d OFFSET $%d`, len(paged)-1, len(paged)), paged...)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scan)
+		return err
+	})
+	return out, total, err
 }
 
 // SchemaVersion identifies the embedded migrations: a short hash of their
