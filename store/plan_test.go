@@ -84,17 +84,9 @@ func TestClaimIsPlannedByPrimaryKeyWithStaleStatistics(t *testing.T) {
 // sequential scans once the table had grown.
 func TestHotStatementsKeepPrimaryKeyPlansAsTheTableGrows(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	url := storetest.NewDatabase(t)
-	pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1) // one connection runs it all
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 { // on a table of a few rows
+	st, pool := oneConnection(t, url) // one connection runs it all
+	for range 10 {                    // on a table of a few rows
 		completeJob(t, st, createJob(t, st).ID, now())
 	}
 	var grown []dispatch.Job
@@ -122,15 +114,8 @@ func TestDeliveryStatementsArePlannedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := storetest.NewDatabase(t)
-	pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1) // one connection runs it all
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, pool := oneConnection(t, url) // one connection runs it all
 	defer pool.Close()
-	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const deliveries = 20
 	for range deliveries {
 		completeJob(t, st, createJob(t, st).ID, now())
@@ -215,20 +200,8 @@ func TestPublishDueReadsOnlyTheJobsItTakes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := storetest.NewDatabase(t)
-	open := func() (*store.Store, *pgxpool.Pool) {
-		t.Helper()
-		pool, err := store.Connect(ctx, withParam(url, "pool_max_conns=1"), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, pool
-	}
 	const backlog, batch, rounds = 5000, 100, 3
-	st, pool := open()
+	st, pool := oneConnection(t, url)
 	for range backlog / 100 {
 		createJobs(t, st, 100) // no hand-off in this Store: every job waits for the outbox
 	}
@@ -237,7 +210,7 @@ func TestPublishDueReadsOnlyTheJobsItTakes(t *testing.T) {
 	}
 	pool.Close()
 	seq0, idx0 := rowsRead(t, url, "dispatch_job")
-	st, pool = open() // a new connection plans with the backlog in the statistics
+	st, pool = oneConnection(t, url) // a new connection plans with the backlog in the statistics
 	sent := 0
 	for range rounds {
 		n, err := st.PublishDue(ctx, time.Now().Add(time.Second), batch, func(due []dispatch.Unsent) ([]int64, error) {
@@ -308,14 +281,7 @@ func TestPublishEventReadsOnlyMatchingSubscriptions(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := storetest.NewDatabase(t)
-	pool, err := store.Connect(ctx, url, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, pool := oneConnection(t, url)
 	const subscriptions, subscribers = 5000, 50
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO dispatch_subscription (id, name, url, event_types, max_retries, retry_strategy, status, created_at, updated_at)
@@ -429,6 +395,23 @@ func TestMigratingKeepsThePoolsSessionSettings(t *testing.T) {
 			t.Errorf("after migrating, the pool's connection has %s = %q, want %q", setting, got, want)
 		}
 	}
+}
+
+// oneConnection opens a Store over a pool of one connection to the database
+// at url, so that every statement runs on the connection whose plans a test
+// watches. Close the pool to have the connection report its statistics.
+func oneConnection(t *testing.T, url string) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool, err := store.Connect(t.Context(), withParam(url, "pool_max_conns=1"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(pool, store.Options{NodeID: 1, Sealer: newSealer(t, make([]byte, 32), nil)})
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	return st, pool
 }
 
 // withParam adds a query parameter to a database URL.
