@@ -17,12 +17,8 @@ import (
 // stand-in. Per op: three calls, ten messages. cpu-µs/op is this process's
 // CPU (getrusage): the client's side, without the stand-in's.
 func BenchmarkQueueCycle(b *testing.B) {
-	sq := sqstest.New(b, 30*time.Second)
+	q := sqstest.New(b, 30*time.Second).Open(b)
 	ctx := context.Background()
-	q, err := router.OpenQueue(ctx, sq.Config())
-	if err != nil {
-		b.Fatal(err)
-	}
 	entries := make([]router.Entry, 10)
 	receipts := make([]string, 0, 10)
 	b.ReportAllocs()
