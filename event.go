@@ -3,7 +3,6 @@ package dispatch
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -122,21 +121,13 @@ const maxGroupValue = MaxGroupIDLen - len("sub-9223372036854775807-")
 // SQS group alphabet, or too long, is replaced by "h" and its SHA-256 (so
 // distinct values never share a group by sanitising). It returns "" when
 // the pointer does not resolve to a value (then the job has no group).
+// Numbers are grouped by value (orderingKeyText): 1, 1.0 and 1e0 are one key.
 func OrderingGroup(subscriptionID int64, pointer string, data any) string {
 	v, ok := ResolvePointer(data, pointer)
 	if !ok || v == nil {
 		return ""
 	}
-	var s string
-	switch x := v.(type) {
-	case string:
-		s = x
-	case json.Number:
-		s = x.String()
-	default:
-		b, _ := json.Marshal(x)
-		s = string(b)
-	}
+	s := orderingKeyText(v)
 	if s == "" || len(s) > maxGroupValue || !validGroupID(s) || strings.HasPrefix(s, "h~") {
 		sum := sha256.Sum256([]byte(s))
 		s = "h~" + hex.EncodeToString(sum[:16])
