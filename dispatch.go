@@ -128,6 +128,9 @@ type Credentials struct {
 	SigningSecret   string
 	Algorithm       string
 	SignatureScheme string
+	// AllowedTargets are the origins, each optionally with a path prefix,
+	// that these credentials may be sent to (credentials.go); none: nowhere.
+	AllowedTargets []string
 	// Previous are the secrets rotations replaced, newest first, each valid
 	// until its own ExpiresAt (its rotation's grace period).
 	Previous  []PreviousSecret
