@@ -42,10 +42,12 @@ type Transition struct {
 type Unsent struct {
 	ID      int64
 	GroupID string
-	Gen     int // pointer generation: bumped by each deliberate re-send
-	// Mark is the queued_at the job was committed with when it was handed
-	// to the publisher at creation (zero otherwise): should the send fail,
-	// the publisher clears exactly that mark, so the outbox sends it.
+	Seq     int64 // its place in its group (Job.Seq)
+	Gen     int   // pointer generation: bumped by each deliberate re-send
+	// Mark is the queued_at the job was marked with before its send (at
+	// creation when handed to the publisher, or by the outbox pass): once
+	// the send succeeded the publisher confirms exactly that mark, and
+	// should it fail, clears it, so the outbox sends the job again.
 	Mark time.Time
 }
 

@@ -95,6 +95,11 @@ type Job struct {
 	NextAttemptAt      *time.Time
 	ClaimedUntil       *time.Time
 	PointerGen         int // bumped by each deliberate re-send of its pointer
+	// Seq is the job's place in its group: the order in which creates
+	// committed, from a PostgreSQL sequence (not the TSID, whose order is
+	// the API replicas' clocks'). 0 for a finished job stored before it
+	// existed.
+	Seq int64
 }
 
 // MessageGroupID is the FIFO group of the job's pointer: its groupId, or its
@@ -183,6 +188,10 @@ type Pointer struct {
 	MediationType   string `json:"mediationType"`
 	MediationTarget string `json:"mediationTarget"`
 	MessageGroupID  string `json:"messageGroupId"`
+	// Sequence is the job's place in its group (Job.Seq): the router orders
+	// a group's buffered messages by it. Absent in pointers sent before it
+	// existed, whose jobs keep their id as their place.
+	Sequence int64 `json:"sequence,omitempty"`
 }
 
 // FormatID renders an id the way the API shows it.

@@ -15,7 +15,16 @@ type Outbox interface {
 	PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error)
 	Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error)
 	Unmark(ctx context.Context, ids []int64, mark time.Time) error
+	ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error
 }
+
+// confirmEvery is how long a sent pointer's confirmation may wait to be
+// written with others (ConfirmSent): one statement a second at most while
+// jobs trickle in, and never on a delivery's critical path.
+const confirmEvery = time.Second
+
+// confirmBatch flushes confirmations early once this many wait.
+const confirmBatch = 500
 
 // maxHanded bounds the pointers handed over at creation and not yet sent.
 // Past it new jobs go through the outbox query instead; it is also what a
@@ -55,10 +64,16 @@ type Publisher struct {
 	kick   chan struct{} // Notify: the outbox may have work
 	handed chan struct{} // Hand: handed pointers wait
 
-	mu      sync.Mutex
-	pending []dispatch.Unsent // handed: committed marked as queued, to send now
-	sending bool              // the last send worked: take hand-offs
-	stopped bool              // Run has returned: give hand-offs straight back
+	mu       sync.Mutex
+	pending  []dispatch.Unsent // handed: committed marked as queued, to send now
+	reserved int               // room taken by creates not yet handed (Reserve)
+	sending  bool              // the last send worked: take hand-offs
+	stopped  bool              // Run has returned: give hand-offs straight back
+
+	// sent pointers whose send leases are still to be confirmed (Run's
+	// goroutine only), and when the first of them was sent.
+	unconfirmed []dispatch.Unsent
+	firstSent   time.Time
 }
 
 // NewPublisher returns a Publisher.
@@ -74,18 +89,39 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 }
 
 // Accepting reports whether new jobs may be handed over at creation: the
-// last send worked and fewer than maxHanded pointers wait. Otherwise they
-// are created unsent and the outbox query finds them.
+// last send worked and fewer than maxHanded pointers wait or are reserved.
 func (p *Publisher) Accepting() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.sending && len(p.pending) < maxHanded
+	return p.sending && !p.stopped && len(p.pending)+p.reserved < maxHanded
+}
+
+// Reserve takes room for n pointers to be handed over by a create about to
+// be written, and reports whether there was room (store.Handoff). The bound
+// holds however many creates run at once: each create's room is taken
+// before its insert and given back by its Hand. Without room, new jobs are
+// created unsent and the outbox query finds them.
+func (p *Publisher) Reserve(n int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.sending || p.stopped || len(p.pending)+p.reserved+n > maxHanded {
+		return false
+	}
+	p.reserved += n
+	return true
 }
 
 // Hand takes the pointers of jobs committed already marked as queued and
-// sends them before anything else, with no query (store.Handoff).
-func (p *Publisher) Hand(jobs []dispatch.Unsent) {
+// sends them before anything else, with no query, and gives back the room
+// reserved for them (store.Handoff). jobs may be fewer than reserved, or
+// none (the create failed).
+func (p *Publisher) Hand(jobs []dispatch.Unsent, reserved int) {
 	p.mu.Lock()
+	p.reserved -= reserved
+	if len(jobs) == 0 {
+		p.mu.Unlock()
+		return
+	}
 	if p.stopped {
 		// A create that found the publisher accepting committed after it
 		// stopped: nobody will send these, so the outbox must.
@@ -114,7 +150,9 @@ func (p *Publisher) Notify() {
 func (p *Publisher) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	sweepEvery := min(max(p.cfg.RequeueAfter/4, time.Second), time.Minute)
+	// The sweep also sends again what a dead process marked and never
+	// sent: it runs often enough to find that within a minute.
+	sweepEvery := min(max(p.cfg.RequeueAfter/4, time.Second), 15*time.Second)
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	backoff := time.Duration(0)
@@ -125,6 +163,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			p.giveBackHanded()
+			p.confirm(ctx, true)
 			return nil
 		case <-p.handed:
 		case <-p.kick:
@@ -152,6 +191,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			outboxDue = true // retried, and what was not sent is in the outbox now
 			if ctx.Err() != nil {
 				p.giveBackHanded()
+				p.confirm(ctx, true)
 				return nil
 			}
 			backoff = min(max(2*backoff, 200*time.Millisecond), 5*time.Second)
@@ -162,7 +202,23 @@ func (p *Publisher) Run(ctx context.Context) error {
 		p.mu.Lock()
 		p.sending = true
 		p.mu.Unlock()
+		p.confirm(ctx, false)
 	}
+}
+
+// confirm writes the sent pointers' confirmations once a batch is full or
+// the oldest has waited confirmEvery (or now, with all). A confirmation
+// that fails costs at most a duplicate pointer: the sweep sends the job
+// again when its lease runs out, and the processor drops the copy.
+func (p *Publisher) confirm(ctx context.Context, all bool) {
+	n := len(p.unconfirmed)
+	if n == 0 || (!all && n < confirmBatch && time.Since(p.firstSent) < confirmEvery) {
+		return
+	}
+	if err := p.outbox.ConfirmSent(ctx, p.unconfirmed); err != nil {
+		p.log.Warn("could not confirm sent pointers; the sweep will send them again", "jobs", n, "err", err)
+	}
+	p.unconfirmed = p.unconfirmed[:0]
 }
 
 // sendHanded sends the pointers handed over at creation, in order. What
@@ -266,13 +322,17 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 			id := dispatch.FormatID(u.ID)
 			body, _ := json.Marshal(dispatch.Pointer{
 				ID: id, PoolCode: p.cfg.PoolCode, MediationType: "HTTP",
-				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(),
+				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
 			})
 			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
 		}
 		ok, err := p.q.SendBatch(ctx, entries)
+		if len(ok) > 0 && len(p.unconfirmed) == 0 {
+			p.firstSent = time.Now()
+		}
 		for _, i := range ok {
 			sent = append(sent, batch[i].ID)
+			p.unconfirmed = append(p.unconfirmed, batch[i])
 		}
 		if err != nil {
 			// Stop at the first failure so later pointers do not overtake.

@@ -16,11 +16,21 @@ import (
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
-// fakeOutbox is a hand-written Outbox: nothing is due, and Unmark calls are
-// recorded.
+// fakeOutbox is a hand-written Outbox: nothing is due, and Unmark and
+// ConfirmSent calls are recorded.
 type fakeOutbox struct {
-	mu       sync.Mutex
-	unmarked map[time.Time][]int64
+	mu        sync.Mutex
+	unmarked  map[time.Time][]int64
+	confirmed []int64
+}
+
+func (f *fakeOutbox) ConfirmSent(_ context.Context, sent []dispatch.Unsent) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, u := range sent {
+		f.confirmed = append(f.confirmed, u.ID)
+	}
+	return nil
 }
 
 func (f *fakeOutbox) PublishDue(context.Context, time.Time, int, func([]dispatch.Unsent) ([]int64, error)) (int, error) {
@@ -78,7 +88,7 @@ func TestHandedPointersAreSentInOrder(t *testing.T) {
 	if !p.Accepting() {
 		t.Fatal("a fresh publisher does not accept hand-offs")
 	}
-	p.Hand(handed(time.Now(), 11, 12, 13))
+	p.Hand(handed(time.Now(), 11, 12, 13), 0)
 	rq := q.Open(t)
 	var got []string
 	eventually(t, 10*time.Second, func() bool {
@@ -118,7 +128,7 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	outbox := &fakeOutbox{}
 	p, stop := startPublisher(t, q, outbox)
 	mark := time.Now().Truncate(time.Microsecond)
-	p.Hand(handed(mark, 1, 2, 3))
+	p.Hand(handed(mark, 1, 2, 3), 0)
 	eventually(t, 20*time.Second, func() bool { return len(outbox.ids(mark)) == 3 },
 		"the unsent pointers' marks are cleared")
 	if p.Accepting() {
@@ -126,7 +136,7 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	}
 	stop()
 	late := mark.Add(time.Second)
-	p.Hand(handed(late, 4))
+	p.Hand(handed(late, 4), 0)
 	if got := outbox.ids(late); fmt.Sprint(got) != "[4]" {
 		t.Errorf("a hand-off after the stop: unmarked %v, want [4]", got)
 	}

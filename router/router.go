@@ -81,15 +81,18 @@ type Router struct {
 // the queue may hand them out before the failed one returns (the emulator
 // does not hold FIFO groups), and they must not overtake it.
 type hold struct {
-	jobID   int64     // the failed job; later jobs wait for it
+	seq     int64     // the failed job's place in its group; later jobs wait for it
 	until   time.Time // when it is due back
 	expires time.Time // the hold lifts by itself (the message may have gone to another router)
 }
 
 type message struct {
 	Message
-	ptr   dispatch.Pointer
-	jobID int64 // time-sorted: a group's creation order
+	ptr dispatch.Pointer
+	// seq is the job's place in its group (the pointer's sequence, or, for
+	// a pointer sent before sequences existed, its job id, which the
+	// migration made its sequence).
+	seq   int64
 	group string
 	pool  *Pool
 
@@ -344,12 +347,15 @@ func (r *Router) accept(qm Message) *message {
 	if group == "" {
 		group = ptr.ID
 	}
-	jobID, _ := dispatch.ParseID(ptr.ID)
-	m := &message{Message: qm, ptr: ptr, jobID: jobID, group: group, pool: p}
+	seq := ptr.Sequence
+	if seq == 0 {
+		seq, _ = dispatch.ParseID(ptr.ID)
+	}
+	m := &message{Message: qm, ptr: ptr, seq: seq, group: group, pool: p}
 	if h, ok := r.holds[group]; ok {
 		if time.Now().After(h.expires) {
 			delete(r.holds, group)
-		} else if jobID > h.jobID {
+		} else if seq > h.seq {
 			return m
 		}
 	}
@@ -395,7 +401,7 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 				r.unhold(x)
 			}
 			r.holdGroup(m, delay)
-		} else if h, ok := r.holds[m.group]; ok && m.jobID >= h.jobID {
+		} else if h, ok := r.holds[m.group]; ok && m.seq >= h.seq {
 			delete(r.holds, m.group)
 		}
 		p.finish(m)
@@ -416,8 +422,8 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 func (r *Router) holdGroup(m *message, delay time.Duration) {
 	now := time.Now()
 	h, ok := r.holds[m.group]
-	if !ok || now.After(h.expires) || m.jobID <= h.jobID {
-		h = hold{jobID: m.jobID}
+	if !ok || now.After(h.expires) || m.seq <= h.seq {
+		h = hold{seq: m.seq}
 	}
 	h.until = now.Add(delay)
 	h.expires = h.until.Add(max(r.vis, 30*time.Second))
@@ -583,14 +589,14 @@ func newPool(pc PoolConfig, mu *sync.Mutex) *Pool {
 	return p
 }
 
-// add buffers a message in its group's lane, ordered by job id, which is
-// the group's creation order. The queue's own order cannot be trusted for
+// add buffers a message in its group's lane, ordered by its place in the
+// group (the order in which the creates committed). The queue's own order cannot be trusted for
 // this: pointers re-sent by the outbox or released after a failure come
 // back behind later ones, and the emulator hands a group out of order and
 // numbers it wrongly (lock held).
 func (p *Pool) add(m *message) {
 	lane := append(p.lanes[m.group], m)
-	for i := len(lane) - 1; i > 0 && lane[i].jobID < lane[i-1].jobID; i-- {
+	for i := len(lane) - 1; i > 0 && lane[i].seq < lane[i-1].seq; i-- {
 		lane[i], lane[i-1] = lane[i-1], lane[i]
 	}
 	p.lanes[m.group] = lane
@@ -642,7 +648,7 @@ func (p *Pool) releaseLater(m *message) []*message {
 	lane := p.lanes[m.group]
 	var keep, later []*message
 	for _, x := range lane {
-		if x.jobID > m.jobID {
+		if x.seq > m.seq {
 			later = append(later, x)
 		} else {
 			keep = append(keep, x)

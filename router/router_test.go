@@ -229,3 +229,65 @@ func TestUnknownPoolCodeUsesTheDefaultPool(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
+
+// A group's messages are ordered by their jobs' places in the group (the
+// pointer's sequence: the order the creates committed), not by job id: an
+// id from an API replica whose clock runs behind is smaller, yet its job
+// came second. When the first fails, the second is held back behind it.
+func TestGroupFollowsTheSequenceNotTheJobID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4, func(ptr dispatch.Pointer, call int) error {
+		if ptr.ID == "100" && call == 1 {
+			return &dispatch.RetryAfter{Delay: time.Second, Reason: "target failed"}
+		}
+		return nil
+	})
+	var entries []router.Entry
+	for _, p := range []dispatch.Pointer{{ID: "100", Sequence: 1}, {ID: "50", Sequence: 2}} {
+		p.PoolCode, p.MessageGroupID = dispatch.DefaultPool, "g"
+		body, _ := json.Marshal(p)
+		entries = append(entries, router.Entry{Body: string(body), GroupID: "g", DeduplicationID: p.ID})
+	}
+	if _, err := b.rq.SendBatch(context.Background(), entries); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() bool { return len(b.med.seen()) >= 3 }, "all mediated")
+	if calls := b.med.seen(); !slices.Equal(calls, []string{"100", "100", "50"}) {
+		t.Errorf("group g mediated as %v, want 100, 100 (its retry), then 50", calls)
+	}
+}
+
+// The bound on handed pointers holds however many creates reserve room at
+// once: a reservation that does not fit is refused, and room comes back
+// when the create hands its pointers (or none, having failed).
+func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	p, _ := startPublisher(t, q.Open(t), &fakeOutbox{})
+	var (
+		mu      sync.Mutex
+		granted int
+		wg      sync.WaitGroup
+	)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p.Reserve(100) {
+				mu.Lock()
+				granted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if granted != 10 {
+		t.Fatalf("%d reservations of 100 granted at once, want 10 (the bound of 1,000)", granted)
+	}
+	if p.Accepting() {
+		t.Error("the publisher accepts hand-offs with all its room reserved")
+	}
+	p.Hand(nil, 100) // a create that failed gives its room back
+	if !p.Reserve(100) {
+		t.Error("room given back could not be reserved again")
+	}
+}

@@ -21,3 +21,14 @@ func BrowseSetting(ctx context.Context, s *Store, name string) (string, error) {
 	})
 	return v, err
 }
+
+// SetBeforeKeyLookup installs a hook that runs before a create looks up the
+// jobs holding idempotency keys it found taken; its error fails the look-up.
+func SetBeforeKeyLookup(s *Store, fn func() error) { s.beforeKeyLookup = fn }
+
+// CreatesWaiting is how many creates wait for the running group commit.
+func CreatesWaiting(s *Store) int {
+	s.creates.mu.Lock()
+	defer s.creates.mu.Unlock()
+	return len(s.creates.queue)
+}

@@ -19,26 +19,26 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 	protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
 	retry_strategy, scheduled_for, expires_at, attempt_count, last_attempt_at, completed_at,
 	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
-	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id`
+	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id, seq`
 
 func scanJob(row pgx.Row) (dispatch.Job, error) {
 	var (
 		j                                     dispatch.Job
 		externalID, groupID, lastErr, idemKey *string
-		credID, replayOf, eventID, subID      *int64
+		credID, replayOf, eventID, subID, seq *int64
 		nextAt                                time.Time
 	)
 	err := row.Scan(&j.ID, &externalID, &j.CreatedAt, &j.UpdatedAt, &j.Source, &j.Type, &groupID,
 		&j.TargetURL, &j.Protocol, &j.Headers, &j.Payload, &j.PayloadContentType, &credID,
 		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
 		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
-		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID)
+		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID, &seq)
 	if err != nil {
 		return j, err
 	}
 	j.ExternalID, j.GroupID, j.LastError, j.IdempotencyKey = deref(externalID), deref(groupID), deref(lastErr), deref(idemKey)
 	j.CredentialsID, j.ReplayOf = derefInt(credID), derefInt(replayOf)
-	j.EventID, j.SubscriptionID = derefInt(eventID), derefInt(subID)
+	j.EventID, j.SubscriptionID, j.Seq = derefInt(eventID), derefInt(subID), derefInt(seq)
 	j.NextAttemptAt = &nextAt
 	return j, nil
 }
@@ -74,14 +74,14 @@ func nullInt(n int64) *int64 {
 // storedJob is the row insertJobsOnce wrote for in: in's fields with the
 // id, times and state the insert gave it, times at PostgreSQL's microsecond
 // precision, so that it reads as GetJob would return it.
-func storedJob(in *dispatch.Job, id int64, now, next time.Time, queuedAt *time.Time) dispatch.Job {
+func storedJob(in *dispatch.Job, id, seq int64, now, next time.Time, queuedAt *time.Time) dispatch.Job {
 	j := *in
 	now = pgTime(now)
 	next = pgTime(next)
 	j.ID, j.CreatedAt, j.UpdatedAt, j.Status = id, now, now, dispatch.StatusPending
 	j.ScheduledFor, j.ExpiresAt = pgTimePtr(in.ScheduledFor), pgTimePtr(in.ExpiresAt)
 	j.AttemptCount, j.LastAttemptAt, j.CompletedAt, j.DurationMillis, j.LastError = 0, nil, nil, nil, ""
-	j.QueuedAt, j.NextAttemptAt, j.ClaimedUntil, j.PointerGen = pgTimePtr(queuedAt), &next, nil, 0
+	j.QueuedAt, j.NextAttemptAt, j.ClaimedUntil, j.PointerGen, j.Seq = pgTimePtr(queuedAt), &next, nil, 0, seq
 	j.Headers, j.Metadata = orEmpty(in.Headers), orEmpty(in.Metadata) // jsonb '{}' reads back as an empty map
 	return j
 }
@@ -111,8 +111,9 @@ func orEmpty(m map[string]string) map[string]string {
 // Creates that arrive together are written together (group commit): one
 // INSERT … SELECT FROM unnest(…) statement, one transaction and one WAL
 // flush for all of them, each caller returning only once its own row is
-// committed. Should that statement fail, each job is tried alone, so one
-// bad row cannot fail the others.
+// committed. Should the server refuse that statement, each job is tried
+// alone, so one bad row cannot fail the others; a create is stored once or
+// not at all.
 func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error) {
 	if err := s.checkCredentials(ctx, j.CredentialsID); err != nil {
 		return dispatch.Job{}, false, err
@@ -138,20 +139,41 @@ func (s *Store) createBatch(batch []*pending[createReq, createRes]) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	out, created, err := s.insertAndHand(ctx, jobs)
-	if err == nil {
+	out, created, hand, err := s.insertAndHand(ctx, s.pool, jobs)
+	var after *afterInsertError
+	hand(err == nil || errors.As(err, &after))
+	if err == nil || errors.As(err, &after) {
+		// Stored: each job that was created has its answer. A job whose
+		// key another job holds was not written; should the look-up of
+		// that holder have failed, it gets the error (its retry finds
+		// the holder).
 		for i, p := range batch {
-			p.res = createRes{job: out[i], created: created[i]}
+			if created[i] || err == nil {
+				p.res = createRes{job: out[i], created: created[i]}
+			} else {
+				p.err = err
+			}
 		}
 		return
 	}
-	if len(batch) == 1 {
-		batch[0].err = err
+	if len(batch) == 1 || !nothingWritten(err) {
+		// The statement may have committed (the connection was lost
+		// after sending it): trying each again could store them twice.
+		for _, p := range batch {
+			p.err = err
+		}
 		return
 	}
+	// The server refused the statement, so nothing was written: try each
+	// alone, so that one bad row cannot fail the others.
 	for _, p := range batch {
-		out, created, err := s.insertAndHand(p.req.ctx, []*dispatch.Job{p.req.job})
-		if err != nil {
+		out, created, hand, err := s.insertAndHand(p.req.ctx, s.pool, []*dispatch.Job{p.req.job})
+		hand(err == nil || errors.As(err, &after))
+		if err != nil && !errors.As(err, &after) {
+			p.err = err
+			continue
+		}
+		if !created[0] && err != nil {
 			p.err = err
 			continue
 		}
@@ -159,7 +181,23 @@ func (s *Store) createBatch(batch []*pending[createReq, createRes]) {
 	}
 }
 
-// CreateJobs stores a batch with one statement: all valid jobs or none.
+// afterInsertError is a failure after a create's insert committed: the
+// look-up of the jobs holding idempotency keys the insert found taken. The
+// jobs it created are stored; they must not be written again.
+type afterInsertError struct{ err error }
+
+func (e *afterInsertError) Error() string { return e.err.Error() }
+func (e *afterInsertError) Unwrap() error { return e.err }
+
+// nothingWritten reports whether err proves that its statement wrote
+// nothing: the server refused it (a statement outside a transaction is
+// rolled back whole), or it failed before it was sent.
+func nothingWritten(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+}
+
+// CreateJobs stores a batch in one transaction: all valid jobs or none.
 // Nil entries (items rejected earlier) are skipped, so that results and
 // error messages keep the request's indices.
 func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
@@ -184,7 +222,26 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	if len(valid) == 0 {
 		return out, created, nil
 	}
-	got, made, err := s.insertAndHand(ctx, valid)
+	// One transaction, so that a failure after the insert (the look-up of
+	// taken keys) takes the inserted jobs back with it: the caller's retry
+	// cannot store them twice.
+	var (
+		got  []dispatch.Job
+		made []bool
+		hand = func(bool) {}
+	)
+	var err error
+	for try := 0; try < 3; try++ {
+		err = s.withTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			got, made, hand, err = s.insertAndHand(ctx, tx, valid)
+			return err
+		})
+		hand(err == nil)
+		if !idClash(err) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,31 +257,35 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertAndHand inserts jobs outside any transaction and, when a Handoff
-// accepts them, marks the ones due now as queued in the same statement and
-// hands their pointers over once it has committed.
+// insertAndHand inserts jobs in a statement of its own (q is the pool) or
+// in a transaction and, when a Handoff has room for them, marks the ones
+// due now as queued in the same statement. The caller calls hand once the
+// insert has committed, or not (hand(false)): it hands their pointers over,
+// or only gives the room back.
 //
 // Jobs with a groupId are not handed over: hand-offs go out in commit
 // order, and two creates running side by side can commit in the opposite
-// order of their (time-sorted) ids. A group's later job would then reach
+// order of their places in the group. A group's later job would then reach
 // the queue first, be refused and step aside, costing an outbox pass per
-// job. The outbox query sends them in id order instead.
-func (s *Store) insertAndHand(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
-	handoff := s.handoff != nil && s.handoff.Accepting()
-	out, created, err := s.insertJobs(ctx, s.pool, jobs, handoff)
-	if err != nil || !handoff {
-		return out, created, err
+// job. The outbox query sends them in group order instead.
+func (s *Store) insertAndHand(ctx context.Context, q querier, jobs []*dispatch.Job) (out []dispatch.Job, created []bool, hand func(committed bool), err error) {
+	handoff := s.handoff != nil && s.handoff.Reserve(len(jobs))
+	out, created, err = s.insertJobs(ctx, q, jobs, handoff)
+	if !handoff {
+		return out, created, func(bool) {}, err
 	}
 	var us []dispatch.Unsent
 	for i, j := range out {
 		if created[i] && j.QueuedAt != nil {
-			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Mark: *j.QueuedAt})
+			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt})
 		}
 	}
-	if len(us) > 0 {
-		s.handoff.Hand(us)
-	}
-	return out, created, nil
+	return out, created, func(committed bool) {
+		if !committed {
+			us = nil
+		}
+		s.handoff.Hand(us, len(jobs))
+	}, err
 }
 
 // insertJobs stores jobs with one statement and returns each stored job
@@ -233,16 +294,24 @@ func (s *Store) insertAndHand(ctx context.Context, jobs []*dispatch.Job) ([]disp
 // With markQueued, the jobs due now are stored as queued already: their
 // pointers are handed to the publisher by the caller.
 func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
+	_, inTx := q.(pgx.Tx)
 	for try := 0; ; try++ {
 		out, created, err := s.insertJobsOnce(ctx, q, jobs, markQueued)
-		var pgErr *pgconn.PgError
-		if try < 3 && errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
+		if try < 3 && !inTx && idClash(err) {
 			// Two processes share a snowflake node id (DISPATCH_NODE_ID
-			// unset or duplicated): take fresh ids rather than fail.
+			// unset or duplicated): take fresh ids rather than fail. In a
+			// transaction, which the error has ended, the caller retries.
 			continue
 		}
 		return out, created, err
 	}
+}
+
+// idClash reports whether err is an insert's clash on a job id: another
+// process generated the same id (they share a snowflake node id).
+func idClash(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey"
 }
 
 func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
@@ -292,12 +361,13 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-			replay_of, next_attempt_at, event_id, subscription_id, queued_at)
+			replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease)
 		SELECT id, external_id, $1, $1, source, type, group_id,
 			target_url, protocol, headers::jsonb, payload, payload_content_type, credentials_id, 'PENDING',
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
 			replay_of, next_attempt_at, event_id, subscription_id,
-			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END
+			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
+			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END
 		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 			$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
@@ -306,23 +376,27 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
 				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
 		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING id, queued_at`,
+		RETURNING id, queued_at, seq`,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
-		markQueued)
+		markQueued, now.Add(s.sendLease))
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
-	// Only the id and queued_at come back: the rest of each stored row is
-	// what was sent (storedJob). Decoding every column of every new job
-	// was half of a create's allocations.
-	queuedAt := make(map[int64]*time.Time, n)
+	// Only the id, queued_at and seq come back: the rest of each stored
+	// row is what was sent (storedJob). Decoding every column of every new
+	// job was half of a create's allocations.
+	type inserted struct {
+		queuedAt *time.Time
+		seq      int64
+	}
+	stored := make(map[int64]inserted, n)
 	var (
-		id int64
-		qa *time.Time
+		id  int64
+		row inserted
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &qa}, func() error {
-		queuedAt[id] = qa
+	_, err = pgx.ForEachRow(rows, []any{&id, &row.queuedAt, &row.seq}, func() error {
+		stored[id] = row
 		return nil
 	})
 	if err != nil {
@@ -336,8 +410,8 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	created := make([]bool, n)
 	var taken []string // idempotency keys held by other jobs
 	for i, j := range jobs {
-		if qa, ok := queuedAt[ids[i]]; ok {
-			out[i], created[i] = storedJob(j, ids[i], now, nexts[i], qa), true
+		if r, ok := stored[ids[i]]; ok {
+			out[i], created[i] = storedJob(j, ids[i], r.seq, now, nexts[i], r.queuedAt), true
 		} else {
 			taken = append(taken, j.IdempotencyKey)
 		}
@@ -345,13 +419,9 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	if len(taken) == 0 {
 		return out, created, nil
 	}
-	rows, err = q.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = ANY($1)`, taken)
+	holders, err := s.jobsByKey(ctx, q, taken)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
-	}
-	holders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: jobs by idempotency key: %w", err)
+		return out, created, &afterInsertError{fmt.Errorf("store: jobs by idempotency key: %w", err)}
 	}
 	byKey := make(map[string]dispatch.Job, len(holders))
 	for _, j := range holders {
@@ -368,6 +438,19 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		out[i] = h
 	}
 	return out, created, nil
+}
+
+func (s *Store) jobsByKey(ctx context.Context, q querier, keys []string) ([]dispatch.Job, error) {
+	if s.beforeKeyLookup != nil {
+		if err := s.beforeKeyLookup(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := q.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
 }
 
 // jsonObject renders a string map as a JSON object ({} for nil).
@@ -591,6 +674,13 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 				// is intact and the rest goes on.
 				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
 					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials no longer exist", id)})
+				continue
+			}
+			if de := (*dispatch.Error)(nil); errors.As(err, &de) && de.Code == dispatch.EUnprocessable {
+				// Its credentials may no longer be sent to its target
+				// (their allowedTargets); reported like the above.
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", id, de.Message)})
 				continue
 			}
 			if err != nil {

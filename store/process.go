@@ -64,8 +64,8 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			var pred *time.Time
 			err := tx.QueryRow(ctx, `
 				SELECT next_attempt_at FROM dispatch_job
-				WHERE group_id = $1 AND id < $2 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
-				ORDER BY id LIMIT 1`, j.GroupID, j.ID).Scan(&pred)
+				WHERE group_id = $1 AND seq < $2 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
+				ORDER BY seq LIMIT 1`, j.GroupID, j.Seq).Scan(&pred)
 			if err == nil {
 				c.State, c.Until = dispatch.ClaimBlocked, now.Add(time.Second)
 				if pred != nil && pred.After(c.Until) {
@@ -100,7 +100,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		}
 		c.Job, err = scanJob(tx.QueryRow(ctx, `
 			UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-				last_attempt_at = $2, claimed_until = $3, updated_at = $2
+				last_attempt_at = $2, claimed_until = $3, updated_at = $2, send_lease = NULL
 			WHERE id = $1 RETURNING `+jobColumns, j.ID, now, now.Add(lease)))
 		c.State = dispatch.Claimed
 		return err
@@ -154,13 +154,13 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 // lease end $3 and the latest due time $4.
 var claimManySQL = `
 	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow
+		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, send_lease = NULL
 	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
 	-- (j.status || '') rather than j.status: see claimMany.
 	WHERE j.id = i.cid AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
 		AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
 		AND (j.group_id IS NULL OR NOT EXISTS (
-			SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+			SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.seq < j.seq
 				AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
 	RETURNING ` + qualified("j", jobColumns)
 
@@ -252,7 +252,7 @@ func qualified(alias, columns string) string {
 // at the head of its group for an earlier job whose own pointer is behind it
 // (re-sent after an outage or a loss) would block that group for good.
 func stepAside(ctx context.Context, tx pgx.Tx, id int64) error {
-	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1 WHERE id = $1`, id)
+	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL, send_lease = NULL, pointer_gen = pointer_gen + 1 WHERE id = $1`, id)
 	return err
 }
 
@@ -266,7 +266,7 @@ func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Ti
 	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
 		until = latest
 	}
-	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2 WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
+	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2, send_lease = NULL WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
 	return err
 }
 
@@ -431,8 +431,34 @@ func (s *Store) Unclaim(ctx context.Context, j dispatch.Job, next time.Time, rea
 func (s *Store) Unmark(ctx context.Context, ids []int64, mark time.Time) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL WHERE id = ANY($1) AND queued_at = $2`, ids, mark); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE dispatch_job SET queued_at = NULL, send_lease = NULL WHERE id = ANY($1) AND queued_at = $2`, ids, mark); err != nil {
 		return fmt.Errorf("store: unmark unsent jobs: %w", err)
+	}
+	return nil
+}
+
+// ConfirmSent records that the pointers of sent went onto the queue: their
+// send leases end, so the sweep leaves them to the queue. Only rows still
+// carrying the mark they were sent under change. The publisher confirms in
+// batches, about once a second; a claim confirms too, so most rows have
+// nothing left to confirm by then. It runs even when ctx has ended
+// (shutdown), or the sweep would send them again.
+func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
+	if len(sent) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ids, marks := make([]int64, len(sent)), make([]time.Time, len(sent))
+	for i, u := range sent {
+		ids[i], marks[i] = u.ID, u.Mark
+	}
+	_, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_job j SET send_lease = NULL
+		FROM unnest($1::bigint[], $2::timestamptz[]) AS i(id, mark)
+		WHERE j.id = i.id AND j.queued_at = i.mark AND j.send_lease IS NOT NULL`, ids, marks)
+	if err != nil {
+		return fmt.Errorf("store: confirm sent jobs: %w", err)
 	}
 	return nil
 }
@@ -441,13 +467,14 @@ func (s *Store) Unmark(ctx context.Context, ids []int64, mark time.Time) error {
 // hands them to send, and returns how many send reports as sent.
 //
 // No row lock or transaction is held while send talks to the queue: one
-// statement marks the jobs queued (FOR UPDATE SKIP LOCKED inside it, so
-// replicas share the work) and commits, send runs, and the jobs send did not
-// report as sent are marked unsent again. A job cancelled meanwhile is
+// statement marks the jobs queued under a send lease (FOR UPDATE SKIP
+// LOCKED inside it, so replicas share the work) and commits, send runs, and
+// the jobs send did not report as sent are marked unsent again. The caller
+// confirms the sent ones (ConfirmSent). A job cancelled meanwhile is
 // cancelled at once; its pointer, if it went out, is dropped by the
-// processor. Should the process die between the mark and the send, those
-// jobs look queued and the sweep sends them after DISPATCH_REQUEUE_AFTER,
-// as for a lost message: at least once, never never.
+// processor. Should the process die between the mark and the send, the
+// lease runs out and the sweep sends those jobs again: at least once,
+// never never.
 func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("store: publish: limit %d, want at least 1", limit)
@@ -461,47 +488,35 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 	// limit is written into the statement; the publisher's batch size is
 	// fixed, so this is still one prepared statement.
 	rows, err := s.pool.Query(ctx, `
-		UPDATE dispatch_job SET queued_at = $1
+		UPDATE dispatch_job SET queued_at = $1, send_lease = $2
 		WHERE id = ANY (ARRAY(
 			SELECT id FROM dispatch_job j
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 				-- A pointer sent again (stepped aside, or replacing a lost
 				-- one) waits until no earlier job of its group is live.
 				AND (pointer_gen = 0 OR group_id IS NULL OR NOT EXISTS (
-					SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.id < j.id
+					SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.seq < j.seq
 						AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
 			ORDER BY next_attempt_at, id LIMIT `+strconv.Itoa(limit)+`
 			FOR UPDATE SKIP LOCKED))
-		RETURNING id, COALESCE(group_id, ''), pointer_gen, next_attempt_at`, now)
+		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id)`, now, now.Add(s.sendLease))
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
 	}
-	type taken struct {
-		u   dispatch.Unsent
-		due time.Time
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (taken, error) {
-		var x taken
-		return x, r.Scan(&x.u.ID, &x.u.GroupID, &x.u.Gen, &x.due)
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
+		u := dispatch.Unsent{Mark: now}
+		return u, r.Scan(&u.ID, &u.GroupID, &u.Gen, &u.Seq)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
 	}
-	if len(all) == 0 {
+	if len(due) == 0 {
 		return 0, nil
 	}
-	// RETURNING has no order: send in the order the jobs fell due, so a
-	// group's pointers go out in creation order.
-	slices.SortFunc(all, func(a, b taken) int {
-		if c := a.due.Compare(b.due); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.u.ID, b.u.ID)
-	})
-	due := make([]dispatch.Unsent, len(all))
-	for i, x := range all {
-		due[i] = x.u
-	}
+	// RETURNING has no order: send in group order (the order the creates
+	// committed), so a group's pointers go out in that order whatever the
+	// clocks of the replicas that created them.
+	slices.SortFunc(due, func(a, b dispatch.Unsent) int { return cmp.Compare(a.Seq, b.Seq) })
 	sent, sendErr := send(due)
 	if len(sent) < len(due) {
 		ok := make(map[int64]bool, len(sent))
@@ -525,9 +540,11 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 }
 
 // Sweep repairs what a lost message or a dead process leaves behind: jobs
-// past expiresAt become EXPIRED, and live jobs whose pointer should have come
-// back long ago (requeueAfter past due, or a claim that stale) are marked
-// unsent so the publisher sends them again. It returns the counts.
+// past expiresAt become EXPIRED; live jobs marked queued whose send was
+// never confirmed by the end of its lease (the marking process died between
+// the mark and the send), and live jobs whose pointer should have come back
+// long ago (requeueAfter past due, or a claim that stale), are marked unsent
+// so the publisher sends them again. It returns the counts.
 func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE dispatch_job SET status = 'EXPIRED', completed_at = $1, updated_at = $1,
@@ -537,6 +554,13 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Dura
 		return 0, 0, fmt.Errorf("store: expire jobs: %w", err)
 	}
 	expired = tag.RowsAffected()
+	tag, err = s.pool.Exec(ctx, `
+		UPDATE dispatch_job SET queued_at = NULL, send_lease = NULL, pointer_gen = pointer_gen + 1
+		WHERE send_lease < $1 AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED')`, now)
+	if err != nil {
+		return expired, 0, fmt.Errorf("store: requeue unconfirmed sends: %w", err)
+	}
+	requeued = tag.RowsAffected()
 	stale := now.Add(-requeueAfter)
 	tag, err = s.pool.Exec(ctx, `
 		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1
@@ -544,7 +568,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Dura
 			AND next_attempt_at < $1 AND queued_at < $1
 			AND (claimed_until IS NULL OR claimed_until < $1)`, stale)
 	if err != nil {
-		return expired, 0, fmt.Errorf("store: requeue stale jobs: %w", err)
+		return expired, requeued, fmt.Errorf("store: requeue stale jobs: %w", err)
 	}
-	return expired, tag.RowsAffected(), nil
+	return expired, requeued + tag.RowsAffected(), nil
 }

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -37,12 +38,23 @@ type Options struct {
 	// CredentialsTTL bounds how long another replica may serve deleted or
 	// rotated credentials from its cache; this replica invalidates at once.
 	CredentialsTTL time.Duration
+	// SendLease is how long a job may stay marked queued before its send is
+	// confirmed; past it the sweep sends it again (the marking process died
+	// between the mark and the send). 0 means DefaultSendLease.
+	SendLease time.Duration
+	// NewID, when set, replaces the snowflake node as the source of ids
+	// (tests give two stores skewed clocks with it).
+	NewID func() int64
 }
+
+// DefaultSendLease bounds how long a job marked queued may wait for its
+// send to be confirmed. It is longer than any one SQS call may take.
+const DefaultSendLease = 30 * time.Second
 
 // Store is the PostgreSQL repository.
 type Store struct {
 	pool   *pgxpool.Pool
-	ids    *snowflake.Node
+	newID  func() int64
 	sealer *Sealer
 	creds  *cache.Cache
 	// credsMu and credsGen keep a cache miss from storing what it read
@@ -54,6 +66,10 @@ type Store struct {
 	// afterCredentialsRead runs between a cache miss's read and its cache
 	// write (tests only: it lets a test put an invalidation in between).
 	afterCredentialsRead func()
+	// beforeKeyLookup runs before a create looks up the jobs holding the
+	// idempotency keys it found taken; an error fails the look-up (tests
+	// only: a failure after the insert committed).
+	beforeKeyLookup func() error
 
 	finishes groupCommit[finishReq, bool]      // FinishAttempt's group commit
 	claims   groupCommit[claimReq, claimRes]   // ClaimJob's fast path, likewise
@@ -62,21 +78,24 @@ type Store struct {
 	handoff Handoff // nil: every new job goes through the outbox query
 
 	idMu sync.Mutex // pairs a create statement's time with its ids
+
+	sendLease time.Duration
 }
 
 // Handoff takes the pointers of new jobs straight after their commit, so
 // that they need no outbox query and no second write to be marked queued:
-// such jobs are inserted already marked (queued_at = their creation time).
-// Should a handed pointer not be sent, the taker clears the mark (Unmark)
-// and the outbox sends it; should the process die first, the sweep re-sends
-// it after DISPATCH_REQUEUE_AFTER, as for any lost message. The router's
-// Publisher is one.
+// such jobs are inserted already marked (queued_at = their creation time,
+// under a send lease). Should a handed pointer not be sent, the taker clears
+// the mark (Unmark) and the outbox sends it; should the process die first,
+// the lease runs out and the sweep sends it. The router's Publisher is one.
 type Handoff interface {
-	// Accepting reports whether new jobs may be handed now (the taker is
-	// sending, and its backlog is short).
-	Accepting() bool
-	// Hand takes committed jobs' pointers, in creation order.
-	Hand(jobs []dispatch.Unsent)
+	// Reserve takes room for up to n pointers before the insert, and
+	// reports whether there was any: the taker bounds what waits in it.
+	Reserve(n int) bool
+	// Hand takes committed jobs' pointers, in creation order, and gives
+	// back the room reserved for them (all of it, also when jobs is
+	// shorter or empty).
+	Hand(jobs []dispatch.Unsent, reserved int)
 }
 
 // HandOffTo makes h take the pointers of jobs created from now on. Call it
@@ -99,7 +118,11 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// No janitor goroutine (cleanup interval 0): it would outlive the
 	// Store with no owner. Expired entries are never served, and there are
 	// only as many as there are credentials.
-	s := &Store{pool: pool, ids: node, sealer: opts.Sealer, creds: cache.New(ttl, 0)}
+	s := &Store{pool: pool, newID: func() int64 { return node.Generate().Int64() }, sealer: opts.Sealer,
+		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease)}
+	if opts.NewID != nil {
+		s.newID = opts.NewID
+	}
 	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch}
 	s.claims = groupCommit[claimReq, claimRes]{max: 64, exec: s.claimBatch}
 	s.creates = groupCommit[createReq, createRes]{max: 100, exec: s.createBatch}
@@ -158,10 +181,10 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 // is planned for its arguments anyway, and a forced generic plan would only
 // plan worse.
 //
-// Until 2026-11-25 the pool planned every statement for its arguments
-// instead (force_custom_plan). That was safe but cost a planning pass per
-// statement: under full load 23 % of PostgreSQL's CPU on the 2-core build
-// machine, 0.04-0.05 ms per delivery.
+// Planning every statement for its arguments instead (force_custom_plan)
+// is as safe but costs a planning pass per statement: under full load it
+// was 23 % of PostgreSQL's CPU on a 2-core machine, 0.04-0.05 ms per
+// delivery.
 //
 // The console's searches, counts and statistics filter on whatever an
 // operator asks for, where a sequential scan or a plan for the arguments
@@ -276,7 +299,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // NewID returns a new time-sorted id.
-func (s *Store) NewID() int64 { return s.ids.Generate().Int64() }
+func (s *Store) NewID() int64 { return s.newID() }
 
 func notFound(what string, id int64) error {
 	return dispatch.Errorf(dispatch.ENotFound, "%s %d not found", what, id)
