@@ -15,7 +15,8 @@ import (
 // A group's jobs created on two API replicas arrive in the order their
 // creates were answered. The replicas have node ids 1023 and 0: within one
 // millisecond the second replica's TSIDs sort before the first's, so an
-// order taken from the ids would put "second" first in some groups.
+// order taken from the ids puts "second" first in the groups whose two
+// creates fell in one millisecond.
 func TestGroupOrderAcrossTwoAPIReplicas(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
@@ -33,7 +34,7 @@ func TestGroupOrderAcrossTwoAPIReplicas(t *testing.T) {
 		mu.Unlock()
 		return http.StatusOK
 	})
-	high := startWith(t, "all", dbURL, q, map[string]string{"DISPATCH_NODE_ID": "1023"})
+	high := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_NODE_ID": "1023"})
 	low := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_NODE_ID": "0"})
 
 	const groups = 150
@@ -61,6 +62,9 @@ func TestGroupOrderAcrossTwoAPIReplicas(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
+	// The router starts once every group's two jobs wait: it receives
+	// both pointers of a group together and must order them itself.
+	startWith(t, "router", dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": high.apiURL + "/api/dispatch/process"})
 
 	eventually(t, 90*time.Second, func() bool { return rc.count() >= 2*groups },
 		func() string { return fmt.Sprintf("%d of %d deliveries", rc.count(), 2*groups) })
