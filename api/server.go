@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -89,6 +90,15 @@ type Config struct {
 	// MaxConns bounds the connections served at once; more wait to be
 	// accepted (0: DefaultMaxConns).
 	MaxConns int
+	// PublicURL is the URL operators reach dispatch at; when it is https
+	// the console's session cookie is Secure (behind a proxy that
+	// terminates TLS, the request itself is plain http).
+	PublicURL string
+	// TrustedProxies are the proxies whose X-Forwarded-For (the client's
+	// address) and X-Forwarded-Proto are believed; nil: none.
+	TrustedProxies []netip.Prefix
+	// Now is the clock (nil: time.Now); tests move it by hand.
+	Now func() time.Time
 }
 
 // Defaults of the connection limits.
@@ -110,6 +120,9 @@ type Server struct {
 	now       func() time.Time
 	sessions  *sessions
 	console   *console
+	signIns   *signInThrottle
+	// publicHTTPS: DISPATCH_PUBLIC_URL is https.
+	publicHTTPS bool
 }
 
 // New returns a Server. processor may be nil (no processing endpoint).
@@ -123,7 +136,10 @@ func New(store Store, processor Processor, notifier Notifier, cfg Config, reg me
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor, notifier: notifier,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: newSessions(), console: newConsole()}
+		sessions: newSessions(), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+	if cfg.Now != nil {
+		s.now = cfg.Now
+	}
 	s.engine = s.routes()
 	return s
 }
@@ -187,6 +203,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 
 func (s *Server) routes() *gin.Engine {
 	e := gin.New()
+	s.trustProxies(e)
 	e.HandleMethodNotAllowed = true
 	e.Use(s.logRequests, s.recoverer) // the logger outside, so a recovered panic is logged with its 500
 	e.NoRoute(func(c *gin.Context) {

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +21,9 @@ const (
 	csrfHeader    = "X-CSRF-Token"
 	sessionTTL    = 12 * time.Hour
 	maxSessions   = 10_000
+
+	// codeTooManyRequests is the error code of a throttled sign-in (429).
+	codeTooManyRequests = "too_many_requests"
 )
 
 // sessions are the console's server-side sessions: the browser holds only
@@ -131,19 +136,30 @@ func (s *Server) login(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	// The throttle comes before the token is looked at: a refused
+	// address learns nothing, even from the right token.
+	addr := signInKey(c.ClientIP())
+	if wait, ok := s.signIns.begin(addr, s.now()); !ok {
+		secs := max(1, int(math.Ceil(wait.Seconds())))
+		c.Header("Retry-After", strconv.Itoa(secs))
+		s.writeErrorStatus(c, http.StatusTooManyRequests, dispatch.Errorf(codeTooManyRequests,
+			"too many failed sign-ins from this address; try again in %d s", secs))
+		return
+	}
 	insecure := s.cfg.AdminToken == "" && s.cfg.Insecure
 	if !insecure {
 		want := sha256.Sum256([]byte(s.cfg.AdminToken))
 		got := sha256.Sum256([]byte(token))
 		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-			s.log.Warn("console sign-in refused", "remote", c.ClientIP())
+			s.log.Warn("console sign-in refused", "remote", addr)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "that is not the admin token"))
 			return
 		}
 	}
+	s.signIns.succeeded(addr)
 	id, sess := s.sessions.create(s.now())
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
-		Secure: c.Request.TLS != nil, SameSite: http.SameSiteStrictMode, Expires: sess.expires})
+		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, Expires: sess.expires})
 	c.JSON(http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires), Insecure: insecure})
 }
 
@@ -177,6 +193,6 @@ func (s *Server) logout(c *gin.Context) {
 	id, _ := c.Cookie(sessionCookie)
 	s.sessions.delete(id)
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
-		Secure: c.Request.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	c.Status(http.StatusNoContent)
 }

@@ -114,6 +114,14 @@ type Config struct {
 	// ended ERROR for this long; 0 turns automatic disabling off.
 	SubscriptionDisableAfter time.Duration
 	AutoMigrate              bool
+	// PublicURL is the URL operators reach dispatch at ("" when not
+	// given). When it is https, the console's session cookie is Secure
+	// even though a proxy in front terminates TLS.
+	PublicURL string
+	// TrustedProxies are the addresses of the proxies in front of the API
+	// whose X-Forwarded-For and X-Forwarded-Proto are believed (none by
+	// default: the client is the connection's peer).
+	TrustedProxies []netip.Prefix
 }
 
 // Load reads the configuration through getenv and reports every problem.
@@ -157,6 +165,8 @@ func Load(getenv func(string) string) (Config, error) {
 	c.EncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY")
 	c.PreviousEncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY_PREVIOUS")
 	c.AllowedTargetCIDRs = r.cidrs("DISPATCH_ALLOWED_TARGET_CIDRS")
+	c.PublicURL = r.publicURL("DISPATCH_PUBLIC_URL")
+	c.TrustedProxies = r.proxies("DISPATCH_TRUSTED_PROXIES")
 	c.NodeID = r.nodeID()
 	c.NodeIDDerived = r.str("DISPATCH_NODE_ID", "") == ""
 	c.Pools = r.pools()
@@ -347,6 +357,45 @@ func (r *reader) cidrs(name string) []netip.Prefix {
 	return out
 }
 
+// publicURL reads an absolute http(s) URL with a host and no credentials,
+// query or fragment.
+func (r *reader) publicURL(name string) string {
+	v := r.str(name, "")
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		r.fail(name, "must be the absolute http(s) URL operators reach dispatch at, such as https://dispatch.example.com (got %q)", v)
+		return ""
+	}
+	return v
+}
+
+// proxies reads comma-separated IP addresses and CIDRs. Trusting every
+// address (/0) is refused: any client could then say who it is.
+func (r *reader) proxies(name string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range r.list(name) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				r.fail(name, "must be comma-separated IP addresses or CIDRs (bad %q)", s)
+				continue
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Bits() == 0 {
+			r.fail(name, "must not trust every address (%q): any client could then choose the address it is seen from", s)
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
 func (r *reader) nodeID() int64 {
 	if v := r.str("DISPATCH_NODE_ID", ""); v != "" {
 		return int64(r.int("DISPATCH_NODE_ID", 0, 0, 1023))
@@ -434,6 +483,8 @@ var known = map[string]bool{
 	"DISPATCH_HTTP_MAX_CONNS":             true,
 	"DISPATCH_SUBSCRIPTION_DISABLE_AFTER": true,
 	"DISPATCH_CPU_PROFILE":                true,
+	"DISPATCH_PUBLIC_URL":                 true,
+	"DISPATCH_TRUSTED_PROXIES":            true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

@@ -201,6 +201,15 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"short api token", "DISPATCH_API_TOKENS", "short"},
 		{"short admin token", "DISPATCH_ADMIN_TOKEN", "short"},
 		{"short internal token", "DISPATCH_INTERNAL_TOKEN", "short"},
+		{"public url relative", "DISPATCH_PUBLIC_URL", "dispatch.example.com"},
+		{"public url ftp", "DISPATCH_PUBLIC_URL", "ftp://dispatch.example.com"},
+		{"public url without host", "DISPATCH_PUBLIC_URL", "https://"},
+		{"public url with credentials", "DISPATCH_PUBLIC_URL", "https://u:p@dispatch.example.com"},
+		{"public url with query", "DISPATCH_PUBLIC_URL", "https://dispatch.example.com/?a=1"},
+		{"trusted proxy not an address", "DISPATCH_TRUSTED_PROXIES", "10.0.0.1,proxy.internal"},
+		{"trusted proxy bad cidr", "DISPATCH_TRUSTED_PROXIES", "10.0.0.0/33"},
+		{"trusted proxies every IPv4 address", "DISPATCH_TRUSTED_PROXIES", "0.0.0.0/0"},
+		{"trusted proxies every IPv6 address", "DISPATCH_TRUSTED_PROXIES", "::/0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,11 +266,19 @@ func TestLoadValues(t *testing.T) {
 		"DISPATCH_BREAKER_FAILURES":      "0",
 		"DISPATCH_AUTO_MIGRATE":          "false",
 		"DISPATCH_LOG_FORMAT":            "text",
+		"DISPATCH_PUBLIC_URL":            "https://dispatch.example.com/ops",
+		"DISPATCH_TRUSTED_PROXIES":       "10.0.0.7, 10.2.0.0/16,::ffff:192.0.2.1, fd00::1/64",
 	}))
 	if c.HTTPAddr != "127.0.0.1:9000" || !c.QueueCreate || !c.AllowPrivateTargets || !c.AllowHTTPTargets ||
 		c.RetryBase != 250*time.Millisecond || c.RetryMax != 10*time.Minute || c.DeliveryTimeout != 5*time.Second ||
-		c.BreakerFailures != 0 || c.AutoMigrate || c.LogFormat != "text" {
+		c.BreakerFailures != 0 || c.AutoMigrate || c.LogFormat != "text" ||
+		c.PublicURL != "https://dispatch.example.com/ops" {
 		t.Errorf("config = %+v", c)
+	}
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.7/32"), netip.MustParsePrefix("10.2.0.0/16"),
+		netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("fd00::/64")}
+	if !slices.Equal(c.TrustedProxies, proxies) {
+		t.Errorf("trusted proxies = %v, want %v (bare addresses as one-address prefixes, masked)", c.TrustedProxies, proxies)
 	}
 	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
 	if !slices.Equal(c.AllowedTargetCIDRs, want) {

@@ -339,6 +339,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
 			Verifier: mediator.NewVerifier(st, sender, a.log),
 			Pools:    a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
+			PublicURL: a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
