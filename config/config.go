@@ -53,6 +53,11 @@ const (
 	DefaultSubscriptionDisableAfter = 120 * time.Hour
 	DefaultLogFormat                = "json"
 	DefaultLogLevel                 = "info"
+	// DefaultMaxFanout is how many ACTIVE subscriptions one event may
+	// match; DefaultMaxFanoutBytes bounds the event's data times that
+	// number (every job holds a copy of the data).
+	DefaultMaxFanout      = 1000
+	DefaultMaxFanoutBytes = 256 << 20
 )
 
 // Pool is one processing pool of the router.
@@ -122,6 +127,11 @@ type Config struct {
 	// whose X-Forwarded-For and X-Forwarded-Proto are believed (none by
 	// default: the client is the connection's peer).
 	TrustedProxies []netip.Prefix
+	// MaxFanout caps the ACTIVE subscriptions one event may match, and
+	// MaxFanoutBytes the event's data times that number; a publish beyond
+	// either is refused (422) and stores nothing.
+	MaxFanout      int
+	MaxFanoutBytes int64
 }
 
 // Load reads the configuration through getenv and reports every problem.
@@ -160,6 +170,8 @@ func Load(getenv func(string) string) (Config, error) {
 		HTTPMaxConns:             r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
 		AutoMigrate:              r.bool("DISPATCH_AUTO_MIGRATE", true),
 		SubscriptionDisableAfter: r.duration("DISPATCH_SUBSCRIPTION_DISABLE_AFTER", DefaultSubscriptionDisableAfter),
+		MaxFanout:                r.int("DISPATCH_MAX_FANOUT", DefaultMaxFanout, 1, 100_000),
+		MaxFanoutBytes:           int64(r.int("DISPATCH_MAX_FANOUT_BYTES", DefaultMaxFanoutBytes, 1<<20, 64<<30)),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
 	c.EncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY")
@@ -485,6 +497,8 @@ var known = map[string]bool{
 	"DISPATCH_CPU_PROFILE":                true,
 	"DISPATCH_PUBLIC_URL":                 true,
 	"DISPATCH_TRUSTED_PROXIES":            true,
+	"DISPATCH_MAX_FANOUT":                 true,
+	"DISPATCH_MAX_FANOUT_BYTES":           true,
 }
 
 // IsSetting reports whether name is a variable Load reads.

@@ -95,6 +95,8 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		AutoMigrate:     true,
 		// 5 days, as Svix (SPEC §10).
 		SubscriptionDisableAfter: 120 * time.Hour,
+		MaxFanout:                1000,
+		MaxFanoutBytes:           256 << 20,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -210,6 +212,11 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"trusted proxy bad cidr", "DISPATCH_TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"trusted proxies every IPv4 address", "DISPATCH_TRUSTED_PROXIES", "0.0.0.0/0"},
 		{"trusted proxies every IPv6 address", "DISPATCH_TRUSTED_PROXIES", "::/0"},
+		{"max fanout zero", "DISPATCH_MAX_FANOUT", "0"},
+		{"max fanout huge", "DISPATCH_MAX_FANOUT", "100001"},
+		{"max fanout not a number", "DISPATCH_MAX_FANOUT", "many"},
+		{"max fanout bytes below 1 MiB", "DISPATCH_MAX_FANOUT_BYTES", "1000"},
+		{"max fanout bytes above 64 GiB", "DISPATCH_MAX_FANOUT_BYTES", "68719476737"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,11 +275,13 @@ func TestLoadValues(t *testing.T) {
 		"DISPATCH_LOG_FORMAT":            "text",
 		"DISPATCH_PUBLIC_URL":            "https://dispatch.example.com/ops",
 		"DISPATCH_TRUSTED_PROXIES":       "10.0.0.7, 10.2.0.0/16,::ffff:192.0.2.1, fd00::1/64",
+		"DISPATCH_MAX_FANOUT":            "3",
+		"DISPATCH_MAX_FANOUT_BYTES":      "1048576",
 	}))
 	if c.HTTPAddr != "127.0.0.1:9000" || !c.QueueCreate || !c.AllowPrivateTargets || !c.AllowHTTPTargets ||
 		c.RetryBase != 250*time.Millisecond || c.RetryMax != 10*time.Minute || c.DeliveryTimeout != 5*time.Second ||
 		c.BreakerFailures != 0 || c.AutoMigrate || c.LogFormat != "text" ||
-		c.PublicURL != "https://dispatch.example.com/ops" {
+		c.PublicURL != "https://dispatch.example.com/ops" || c.MaxFanout != 3 || c.MaxFanoutBytes != 1<<20 {
 		t.Errorf("config = %+v", c)
 	}
 	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.7/32"), netip.MustParsePrefix("10.2.0.0/16"),

@@ -274,8 +274,11 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		// The matching subscriptions are read once, with everything their
 		// jobs copy, and the jobs are written from those values: no second
 		// read of dispatch_subscription, so a fan-out costs the same whether
-		// there are ten subscriptions in all or ten thousand.
+		// there are ten subscriptions in all or ten thousand. Beyond the
+		// fan-out limit, matches are counted but not kept, and the whole
+		// event is refused (the transaction rolls back its row).
 		var fan fanOut
+		limit, matched := s.fanoutLimit(len(e.Data)), 0
 		rows, err := tx.Query(ctx, `
 			SELECT id, COALESCE(ordering_key, ''), url, headers::text, credentials_id, max_retries, retry_strategy
 			FROM dispatch_subscription
@@ -290,6 +293,9 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			creds                   *int64
 		)
 		for rows.Next() {
+			if matched++; matched > limit {
+				continue
+			}
 			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries); err != nil {
 				rows.Close()
 				return err
@@ -302,6 +308,9 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		}
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		if matched > limit {
+			return s.fanoutRefused(matched, len(e.Data))
 		}
 		if len(fan.subIDs) == 0 {
 			out.Jobs = []dispatch.EventJob{}

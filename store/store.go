@@ -45,7 +45,20 @@ type Options struct {
 	// NewID, when set, replaces the snowflake node as the source of ids
 	// (tests give two stores skewed clocks with it).
 	NewID func() int64
+	// MaxFanout caps the ACTIVE subscriptions one event may match (0:
+	// DefaultMaxFanout), and MaxFanoutBytes the event's data times its
+	// matches (0: DefaultMaxFanoutBytes). PublishEvent refuses an event
+	// beyond either and stores nothing.
+	MaxFanout      int
+	MaxFanoutBytes int64
 }
+
+// Default caps of one event's fan-out: every job holds a copy of the
+// event's data, all written in one transaction.
+const (
+	DefaultMaxFanout      = 1000
+	DefaultMaxFanoutBytes = 256 << 20
+)
 
 // DefaultSendLease bounds how long a job marked queued may wait for its
 // send to be confirmed. It is longer than any one SQS call may take.
@@ -80,6 +93,9 @@ type Store struct {
 	idMu sync.Mutex // pairs a create statement's time with its ids
 
 	sendLease time.Duration
+
+	maxFanout      int   // ACTIVE subscriptions one event may match
+	maxFanoutBytes int64 // the event's data times its matches
 }
 
 // Handoff takes the pointers of new jobs straight after their commit, so
@@ -119,7 +135,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// Store with no owner. Expired entries are never served, and there are
 	// only as many as there are credentials.
 	s := &Store{pool: pool, newID: func() int64 { return node.Generate().Int64() }, sealer: opts.Sealer,
-		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease)}
+		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease),
+		maxFanout: cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
 	if opts.NewID != nil {
 		s.newID = opts.NewID
 	}

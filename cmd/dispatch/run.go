@@ -190,7 +190,8 @@ func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error
 		pool.Close()
 		return nil, nil, err
 	}
-	st, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer})
+	st, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer,
+		MaxFanout: a.cfg.MaxFanout, MaxFanoutBytes: a.cfg.MaxFanoutBytes})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
