@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -660,7 +661,7 @@ func TestReplayJobsBulk(t *testing.T) {
 	var cred struct {
 		ID string `json:"id"`
 	}
-	f.do(t, "POST", "/api/admin/dispatch/credentials", `{}`).want(t, http.StatusCreated).decode(t, &cred)
+	f.do(t, "POST", "/api/admin/dispatch/credentials", `{"allowedTargets":["https://example.com"]}`).want(t, http.StatusCreated).decode(t, &cred)
 	orphan := f.createJob(t, "source", "refunds", "credentialsId", cred.ID)
 	d := f.createJob(t, "source", "refunds")
 	for _, j := range []job{orphan, d} {
@@ -695,13 +696,18 @@ func TestCredentials(t *testing.T) {
 
 	// A generated secret is shown once, on creation.
 	var created struct {
-		ID              string `json:"id"`
-		Algorithm       string `json:"algorithm"`
-		SignatureScheme string `json:"signatureScheme"`
-		SigningSecret   string `json:"signingSecret"`
-		CreatedAt       string `json:"createdAt"`
+		ID              string   `json:"id"`
+		Algorithm       string   `json:"algorithm"`
+		SignatureScheme string   `json:"signatureScheme"`
+		SigningSecret   string   `json:"signingSecret"`
+		AllowedTargets  []string `json:"allowedTargets"`
+		CreatedAt       string   `json:"createdAt"`
 	}
-	f.do(t, "POST", path, `{"bearerToken": "bt-very-secret-7731"}`).want(t, http.StatusCreated).decode(t, &created)
+	f.do(t, "POST", path, `{"bearerToken": "bt-very-secret-7731", "allowedTargets": ["HTTPS://Example.com:443/hooks/"]}`).
+		want(t, http.StatusCreated).decode(t, &created)
+	if !slices.Equal(created.AllowedTargets, []string{"https://example.com/hooks/"}) {
+		t.Errorf("allowedTargets = %q, want the one entry normalised", created.AllowedTargets)
+	}
 	if !strings.HasPrefix(created.SigningSecret, "whsec_") || len(created.SigningSecret) < 30 {
 		t.Errorf("generated signingSecret = %q, want a whsec_ secret", created.SigningSecret)
 	}
@@ -716,7 +722,7 @@ func TestCredentials(t *testing.T) {
 			t.Errorf("GET body contains %q: %s", leak, r.body)
 		}
 	}
-	if m := r.object(t); m["hasBearerToken"] != true || m["id"] != created.ID {
+	if m := r.object(t); m["hasBearerToken"] != true || m["id"] != created.ID || fmt.Sprint(m["allowedTargets"]) != "[https://example.com/hooks/]" {
 		t.Errorf("GET = %s", r.body)
 	}
 
@@ -766,8 +772,9 @@ func TestCreateCredentialsInvalid(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	fields := f.do(t, "POST", "/api/admin/dispatch/credentials",
-		`{"signatureScheme": "ROT13", "algorithm": "MD5", "bearerToken": "a\nb", "owner": "me"}`).errorCode(t, 400, dispatch.EInvalid)
-	for _, want := range []string{"signatureScheme", "algorithm", "bearerToken", "owner"} {
+		`{"signatureScheme": "ROT13", "algorithm": "MD5", "bearerToken": "a\nb", "owner": "me",
+		  "allowedTargets": ["https://ok.example", "https://partner.example@evil.test", "ftp://x", "https://p.example/?q"]}`).errorCode(t, 400, dispatch.EInvalid)
+	for _, want := range []string{"signatureScheme", "algorithm", "bearerToken", "owner", "allowedTargets[1]", "allowedTargets[2]", "allowedTargets[3]"} {
 		if !slices.Contains(fields, want) {
 			t.Errorf("details name %v; %s is missing", fields, want)
 		}

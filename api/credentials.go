@@ -14,12 +14,13 @@ import (
 const maxBearerLen = 1024
 
 func (s *Server) createCredentials(c *gin.Context) {
-	f, err := dispatch.ParseObject(body(c), "bearerToken", "signingSecret", "algorithm", "signatureScheme")
+	f, err := dispatch.ParseObject(body(c), "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	cr := dispatch.Credentials{Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: string(webhook.SchemeFlowCatalyst)}
+	cr.AllowedTargets = f.AllowedTargets("allowedTargets")
 	cr.BearerToken = f.String("bearerToken", maxBearerLen, false)
 	if strings.ContainsFunc(cr.BearerToken, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		f.Add("bearerToken", "must not contain control characters")
@@ -73,6 +74,35 @@ func (s *Server) getCredentials(c *gin.Context) {
 		return
 	}
 	cr, err := s.store.GetCredentials(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, viewCredentials(cr, s.now()))
+}
+
+// patchCredentials replaces the targets the credentials may be sent to:
+// {"allowedTargets": [...]}. Jobs already created for a target no longer
+// allowed end ERROR when they come up, unsent.
+func (s *Server) patchCredentials(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	f, err := dispatch.ParseObject(body(c), "allowedTargets")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if !f.Has("allowedTargets") {
+		f.Add("allowedTargets", "is required (an empty array sends the credentials nowhere)")
+	}
+	targets := f.AllowedTargets("allowedTargets")
+	if err := f.Err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	cr, err := s.store.SetCredentialsTargets(c.Request.Context(), id, targets)
 	if err != nil {
 		s.writeError(c, err)
 		return

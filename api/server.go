@@ -35,6 +35,7 @@ type Store interface {
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 	DeleteCredentials(ctx context.Context, id int64) error
 	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
+	SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.Credentials, error)
 	ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error)
 	CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error)
 	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
@@ -257,6 +258,7 @@ func (s *Server) routes() *gin.Engine {
 	admin.POST("/credentials", s.limitBody, s.createCredentials)
 	admin.GET("/credentials", s.listCredentials)
 	admin.GET("/credentials/:id", s.getCredentials)
+	admin.PATCH("/credentials/:id", s.limitBody, s.patchCredentials)
 	admin.DELETE("/credentials/:id", s.deleteCredentials)
 	admin.POST("/credentials/:id/rotate", s.limitBody, s.rotateCredentials)
 	return e

@@ -121,6 +121,7 @@ type credentialsView struct {
 	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt,omitempty"` // when the last old secret ends
 	// PreviousSecretsExpireAt lists each old secret still valid, newest first.
 	PreviousSecretsExpireAt []string `json:"previousSecretsExpireAt,omitempty"`
+	AllowedTargets          []string `json:"allowedTargets"` // origins, with optional path prefixes; empty: nowhere
 	CreatedAt               string   `json:"createdAt"`
 	UpdatedAt               string   `json:"updatedAt"`
 	SigningSecret           string   `json:"signingSecret,omitempty"`
@@ -130,6 +131,10 @@ func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
 	v := credentialsView{
 		ID: dispatch.FormatID(c.ID), Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
 		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
+		AllowedTargets: c.AllowedTargets,
+	}
+	if v.AllowedTargets == nil {
+		v.AllowedTargets = []string{}
 	}
 	v.PreviousSecretExpiresAt = fmtTimePtr(c.GraceEnds(now))
 	for _, p := range c.Previous {

@@ -151,6 +151,14 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "credentials unavailable")
 			return dispatch.Decision{}, fmt.Errorf("credentials %d: %w", j.CredentialsID, err)
 		}
+		if !c.Allows(j.TargetURL) {
+			// An admin narrowed the credentials' allowedTargets after the
+			// job was created: it is not sent with them, and not retried.
+			now := p.now().UTC()
+			return p.record(ctx, log, j, Delivery{
+				Status: dispatch.AttemptBlocked, StartedAt: now, CompletedAt: now, Err: notAllowed(c, j.TargetURL),
+			})
+		}
 		creds = &c
 	}
 	host := ""

@@ -24,7 +24,7 @@ func BenchmarkProcess(b *testing.B) {
 	b.Cleanup(rcv.Close)
 	ctx := context.Background()
 	creds := &dispatch.Credentials{BearerToken: "tok", SigningSecret: "whsec_secret",
-		Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+		Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST", AllowedTargets: []string{rcv.URL}}
 	if err := s.store.CreateCredentials(ctx, creds); err != nil {
 		b.Fatal(err)
 	}

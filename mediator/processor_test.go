@@ -97,7 +97,8 @@ func TestProcessSuccess(t *testing.T) {
 	t.Parallel()
 	s := setupProcessor(t, mediator.ProcessorConfig{})
 	tg := statusTarget(t, 200)
-	creds := &dispatch.Credentials{BearerToken: "tok", SigningSecret: "whsec_secret", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	creds := &dispatch.Credentials{BearerToken: "tok", SigningSecret: "whsec_secret", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST",
+		AllowedTargets: []string{tg.URL}}
 	if err := s.store.CreateCredentials(context.Background(), creds); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestProcessDeletedCredentials(t *testing.T) {
 	s := setupProcessor(t, mediator.ProcessorConfig{})
 	tg := statusTarget(t, 200)
 	ctx := context.Background()
-	creds := &dispatch.Credentials{SigningSecret: "s", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	creds := &dispatch.Credentials{SigningSecret: "s", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST", AllowedTargets: []string{tg.URL}}
 	if err := s.store.CreateCredentials(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +281,41 @@ func TestProcessDeletedCredentials(t *testing.T) {
 	}
 	if n := tg.hits.Load(); n != 0 {
 		t.Errorf("an unsigned request went to the target (%d)", n)
+	}
+}
+
+// An admin narrowed the credentials' allowedTargets after the job was
+// created: the job is not sent with them (nor unsigned), ends ERROR at once
+// with a lastError that says why, and its one attempt is BLOCKED.
+func TestProcessCredentialsNoLongerAllowedForTheTarget(t *testing.T) {
+	t.Parallel()
+	s := setupProcessor(t, mediator.ProcessorConfig{})
+	tg := statusTarget(t, 200)
+	ctx := context.Background()
+	creds := &dispatch.Credentials{BearerToken: "partner-token", SigningSecret: "s", Algorithm: dispatch.AlgorithmHMACSHA256,
+		SignatureScheme: "FLOWCATALYST", AllowedTargets: []string{tg.URL}}
+	if err := s.store.CreateCredentials(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	j := s.createJob(t, tg.URL+"/hooks", func(j *dispatch.Job) { j.CredentialsID = creds.ID; j.MaxRetries = 5 })
+	if _, err := s.store.SetCredentialsTargets(ctx, creds.ID, []string{"https://partner.example"}); err != nil {
+		t.Fatal(err)
+	}
+
+	d := s.process(t, j.ID)
+	if !d.Done || d.JobStatus != dispatch.StatusError {
+		t.Errorf("decision %+v; want Done, ERROR", d)
+	}
+	got := s.job(t, j.ID)
+	if got.Status != dispatch.StatusError || !strings.Contains(got.LastError, "allowedTargets") ||
+		!strings.Contains(got.LastError, "credentials "+dispatch.FormatID(creds.ID)) {
+		t.Errorf("job status %s, lastError %q; want ERROR saying the credentials may not go there", got.Status, got.LastError)
+	}
+	if as := s.attempts(t, j.ID); len(as) != 1 || as[0].Status != dispatch.AttemptBlocked {
+		t.Errorf("attempts %+v; want one BLOCKED", as)
+	}
+	if n := tg.hits.Load(); n != 0 {
+		t.Errorf("the target received %d requests", n)
 	}
 }
 

@@ -80,6 +80,12 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 		d.CompletedAt = s.now().UTC()
 		return d
 	}
+	if creds != nil && !creds.Allows(j.TargetURL) {
+		// The last line of defence: creating the job or subscription
+		// checked this, and so did the processor or the handshake.
+		d.Status, d.Err = dispatch.AttemptBlocked, notAllowed(*creds, j.TargetURL)
+		return finish()
+	}
 	payload := []byte(j.Payload)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.TargetURL, bytes.NewReader(payload))
 	if err != nil {
@@ -138,6 +144,18 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 	}
 	d.Status = dispatch.AttemptFailure
 	return finish()
+}
+
+// notAllowed says why creds may not be sent to target, and what to do.
+func notAllowed(creds dispatch.Credentials, target string) string {
+	if err := creds.CheckTarget(target); err != nil {
+		var de *dispatch.Error
+		if errors.As(err, &de) {
+			return "not sent: " + de.Message
+		}
+		return "not sent: " + err.Error()
+	}
+	return ""
 }
 
 func classifyError(err error) (dispatch.AttemptStatus, string, bool) {

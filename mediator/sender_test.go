@@ -289,7 +289,7 @@ func TestSendRequest(t *testing.T) {
 	j.AttemptCount = 3
 	j.PayloadContentType = "application/cloudevents+json"
 	j.Headers = map[string]string{"X-Tenant": "t1", "Accept-Language": "de"}
-	creds := &dispatch.Credentials{BearerToken: "bearer-tok", SigningSecret: "s3cret", SignatureScheme: "FLOWCATALYST"}
+	creds := &dispatch.Credentials{BearerToken: "bearer-tok", SigningSecret: "s3cret", SignatureScheme: "FLOWCATALYST", AllowedTargets: []string{tg.URL}}
 	before := time.Now().UTC().Truncate(time.Millisecond)
 	if d := send(t, newSender(5*time.Second, true), j, creds); d.Status != dispatch.AttemptSuccess {
 		t.Fatalf("delivery %+v", d)
@@ -348,7 +348,7 @@ func TestSendUnsigned(t *testing.T) {
 
 func TestSendNoBearerToken(t *testing.T) {
 	tg := statusTarget(t, 200)
-	send(t, newSender(5*time.Second, true), testJob(tg.URL), &dispatch.Credentials{SigningSecret: "s"})
+	send(t, newSender(5*time.Second, true), testJob(tg.URL), &dispatch.Credentials{SigningSecret: "s", AllowedTargets: []string{tg.URL}})
 	r := tg.next(t)
 	if v := r.header.Get("Authorization"); v != "" {
 		t.Errorf("Authorization %q without a bearer token", v)
@@ -364,7 +364,7 @@ func TestSendStandardWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	tg := statusTarget(t, 200)
-	creds := &dispatch.Credentials{BearerToken: "tok", SigningSecret: secret, SignatureScheme: "STANDARD_WEBHOOKS"}
+	creds := &dispatch.Credentials{BearerToken: "tok", SigningSecret: secret, SignatureScheme: "STANDARD_WEBHOOKS", AllowedTargets: []string{tg.URL}}
 	if d := send(t, newSender(5*time.Second, true), testJob(tg.URL), creds); d.Status != dispatch.AttemptSuccess {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -398,7 +398,7 @@ func TestSendDuringRotation(t *testing.T) {
 			graceOver := time.Now().Add(-time.Second)
 			s := newSender(5*time.Second, true)
 			tg := statusTarget(t, 200)
-			creds := &dispatch.Credentials{SigningSecret: newSecret, SignatureScheme: string(scheme),
+			creds := &dispatch.Credentials{SigningSecret: newSecret, SignatureScheme: string(scheme), AllowedTargets: []string{tg.URL},
 				Previous: []dispatch.PreviousSecret{{Secret: oldSecret, ExpiresAt: inGrace}}}
 
 			send(t, s, testJob(tg.URL), creds)
@@ -427,7 +427,7 @@ func TestSendDuringRotation(t *testing.T) {
 
 func TestSendUnsignableCredentials(t *testing.T) {
 	tg := statusTarget(t, 200)
-	creds := &dispatch.Credentials{SigningSecret: "not base64 !!", SignatureScheme: "STANDARD_WEBHOOKS"}
+	creds := &dispatch.Credentials{SigningSecret: "not base64 !!", SignatureScheme: "STANDARD_WEBHOOKS", AllowedTargets: []string{tg.URL}}
 	d := send(t, newSender(5*time.Second, true), testJob(tg.URL), creds)
 	if d.Status != dispatch.AttemptFailure || d.Retryable || !strings.Contains(d.Err, "sign") {
 		t.Errorf("delivery %+v; want a non-retryable signing failure", d)
@@ -450,7 +450,7 @@ func TestSendGuardBlocksLoopback(t *testing.T) {
 		tg.URL + "/hook",
 		"http://localhost:" + strconv.Itoa(port) + "/hook", // a name that resolves to loopback
 	} {
-		d := send(t, s, testJob(url), &dispatch.Credentials{SigningSecret: "s"})
+		d := send(t, s, testJob(url), &dispatch.Credentials{SigningSecret: "s", AllowedTargets: []string{url}})
 		if d.Status != dispatch.AttemptBlocked || d.Retryable || d.Code != 0 {
 			t.Errorf("%s: delivery %+v; want a non-retryable BLOCKED", url, d)
 		}
@@ -460,5 +460,35 @@ func TestSendGuardBlocksLoopback(t *testing.T) {
 	}
 	if n := tg.hits.Load(); n != 0 {
 		t.Errorf("the guarded sender reached the target %d times", n)
+	}
+}
+
+// Credentials go only where their allowedTargets let them: to any other
+// target the request is not sent at all (not even unsigned), and the
+// delivery says why and what to do.
+func TestSendRefusesTargetsTheCredentialsDoNotAllow(t *testing.T) {
+	tg := statusTarget(t, 200)
+	s := newSender(5*time.Second, true)
+	for name, allowed := range map[string][]string{
+		"none":            nil,
+		"another port":    {"http://127.0.0.1:1"},
+		"another path":    {tg.URL + "/partner/"},
+		"https, not http": {strings.Replace(tg.URL, "http://", "https://", 1)},
+	} {
+		creds := &dispatch.Credentials{ID: 77, BearerToken: "partner-bearer", SigningSecret: "s", SignatureScheme: "FLOWCATALYST", AllowedTargets: allowed}
+		d := send(t, s, testJob(tg.URL+"/attacker"), creds)
+		if d.Status != dispatch.AttemptBlocked || d.Retryable || d.Code != 0 {
+			t.Errorf("%s: delivery %+v; want a non-retryable BLOCKED", name, d)
+		}
+		if !strings.Contains(d.Err, "credentials 77") || !strings.Contains(d.Err, "allowedTargets") {
+			t.Errorf("%s: error %q does not say why", name, d.Err)
+		}
+	}
+	if n := tg.hits.Load(); n != 0 {
+		t.Errorf("the target received %d requests", n)
+	}
+	creds := &dispatch.Credentials{BearerToken: "partner-bearer", SigningSecret: "s", SignatureScheme: "FLOWCATALYST", AllowedTargets: []string{tg.URL + "/partner/"}}
+	if d := send(t, s, testJob(tg.URL+"/partner/in"), creds); d.Status != dispatch.AttemptSuccess {
+		t.Errorf("allowed target: delivery %+v", d)
 	}
 }

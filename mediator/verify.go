@@ -45,6 +45,9 @@ func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription,
 	if err != nil {
 		return sub, err
 	}
+	if err := v.checkTarget(ctx, sub); err != nil {
+		return sub, err // 422: nothing sent, nothing stored
+	}
 	reason := v.handshake(ctx, sub)
 	status := dispatch.SubscriptionActive
 	if reason != "" {
@@ -53,6 +56,20 @@ func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription,
 	}
 	v.log.Info("verification handshake", "subscription_id", id, "status", status, "reason", reason)
 	return v.store.SetSubscriptionStatus(ctx, id, status, reason)
+}
+
+// checkTarget refuses a handshake whose credentials may not be sent to the
+// subscription's url (their allowedTargets, SPEC §7.2). Credentials that
+// cannot be read are left to handshake, which reports them as its reason.
+func (v *Verifier) checkTarget(ctx context.Context, sub dispatch.Subscription) error {
+	if sub.CredentialsID == 0 {
+		return nil
+	}
+	c, err := v.store.GetCredentials(ctx, sub.CredentialsID)
+	if err != nil {
+		return nil
+	}
+	return c.CheckTarget(sub.URL)
 }
 
 // handshake returns why the endpoint failed the handshake, or "".

@@ -44,8 +44,8 @@ func (s *Store) CreateCredentials(ctx context.Context, c *dispatch.Credentials) 
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `
-		INSERT INTO dispatch_credentials (id, bearer_token, signing_secret, algorithm, signature_scheme, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)`, c.ID, bearer, secret, c.Algorithm, c.SignatureScheme, now)
+		INSERT INTO dispatch_credentials (id, bearer_token, signing_secret, algorithm, signature_scheme, allowed_targets, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, c.ID, bearer, secret, c.Algorithm, c.SignatureScheme, targetsOrEmpty(c.AllowedTargets), now)
 	if err != nil {
 		return fmt.Errorf("store: create credentials: %w", interpret(err))
 	}
@@ -108,7 +108,7 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 }
 
 const credentialsColumns = `id, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
-	signature_scheme, created_at, updated_at`
+	signature_scheme, allowed_targets, created_at, updated_at`
 
 func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
 	var (
@@ -118,7 +118,7 @@ func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
 		expires        []time.Time
 	)
 	err := row.Scan(&c.ID, &bearer, &secret, &previous,
-		&expires, &c.Algorithm, &c.SignatureScheme, &c.CreatedAt, &c.UpdatedAt)
+		&expires, &c.Algorithm, &c.SignatureScheme, &c.AllowedTargets, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return c, err
 	}
@@ -164,6 +164,34 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 		return notFound("credentials", id)
 	}
 	return nil
+}
+
+// SetCredentialsTargets replaces the targets the credentials may be sent to
+// (entries as dispatch.ParseAllowedTarget returns them; none: nowhere). Jobs
+// already created for a target no longer allowed are not sent with them:
+// the processor finishes them as ERROR. This replica's cache is invalidated
+// at once; other replicas see the change within CredentialsTTL.
+func (s *Store) SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.Credentials, error) {
+	c, err := s.scanCredentials(s.pool.QueryRow(ctx, `
+		UPDATE dispatch_credentials SET allowed_targets = $2, updated_at = $3
+		WHERE id = $1 RETURNING `+credentialsColumns,
+		id, targetsOrEmpty(targets), time.Now().UTC().Truncate(time.Microsecond)))
+	s.invalidateCredentials(id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, notFound("credentials", id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("store: set targets of credentials %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// targetsOrEmpty stores no targets as an empty array, not NULL.
+func targetsOrEmpty(t []string) []string {
+	if t == nil {
+		return []string{}
+	}
+	return t
 }
 
 // MaxPreviousSecrets bounds how many replaced secrets may be in their grace

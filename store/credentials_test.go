@@ -57,7 +57,8 @@ func storeOver(t *testing.T, pool *pgxpool.Pool, sealer *store.Sealer) *store.St
 
 func createCredentials(t *testing.T, st *store.Store) dispatch.Credentials {
 	t.Helper()
-	c := dispatch.Credentials{BearerToken: bearer, SigningSecret: secret, Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	c := dispatch.Credentials{BearerToken: bearer, SigningSecret: secret, Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST",
+		AllowedTargets: []string{"https://example.com"}} // newJob's and newSubscription's targets
 	if err := st.CreateCredentials(t.Context(), &c); err != nil {
 		t.Fatalf("CreateCredentials: %v", err)
 	}

@@ -57,12 +57,15 @@ func emptyIfNil(m map[string]string) map[string]string {
 	return m
 }
 
-// checkCredentials reports a missing credentials id as a field problem.
-func (s *Store) checkCredentials(ctx context.Context, id int64) error {
+// checkCredentials reports a missing credentials id as a field problem,
+// and credentials that may not be sent to target (their allowedTargets) as
+// EUnprocessable.
+func (s *Store) checkCredentials(ctx context.Context, id int64, target string) error {
 	if id == 0 {
 		return nil
 	}
-	if _, err := s.GetCredentials(ctx, id); err != nil {
+	c, err := s.GetCredentials(ctx, id)
+	if err != nil {
 		if dispatch.ErrorCode(err) == dispatch.ENotFound {
 			var p dispatch.Problems
 			p.Add("credentialsId", "credentials %d do not exist", id)
@@ -70,12 +73,12 @@ func (s *Store) checkCredentials(ctx context.Context, id int64) error {
 		}
 		return fmt.Errorf("store: check credentials: %w", err)
 	}
-	return nil
+	return c.CheckTarget(target)
 }
 
 // CreateSubscription stores a new subscription in the status it carries.
 func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error) {
-	if err := s.checkCredentials(ctx, sub.CredentialsID); err != nil {
+	if err := s.checkCredentials(ctx, sub.CredentialsID, sub.URL); err != nil {
 		return dispatch.Subscription{}, err
 	}
 	now := time.Now().UTC()
@@ -154,12 +157,12 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 		if err != nil {
 			return err
 		}
-		credBefore := sub.CredentialsID
+		credBefore, urlBefore := sub.CredentialsID, sub.URL
 		if err := change(&sub); err != nil {
 			return err
 		}
-		if sub.CredentialsID != credBefore {
-			if err := s.checkCredentials(ctx, sub.CredentialsID); err != nil {
+		if sub.CredentialsID != credBefore || sub.URL != urlBefore {
+			if err := s.checkCredentials(ctx, sub.CredentialsID, sub.URL); err != nil {
 				return err
 			}
 		}

@@ -115,7 +115,7 @@ func orEmpty(m map[string]string) map[string]string {
 // alone, so one bad row cannot fail the others; a create is stored once or
 // not at all.
 func (s *Store) CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error) {
-	if err := s.checkCredentials(ctx, j.CredentialsID); err != nil {
+	if err := s.checkCredentials(ctx, j.CredentialsID, j.TargetURL); err != nil {
 		return dispatch.Job{}, false, err
 	}
 	r, err := s.creates.do(createReq{ctx: ctx, job: j})
@@ -209,7 +209,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		if j == nil {
 			continue
 		}
-		if err := s.checkCredentials(ctx, j.CredentialsID); err != nil {
+		if err := s.checkCredentials(ctx, j.CredentialsID, j.TargetURL); err != nil {
 			var de *dispatch.Error
 			if errors.As(err, &de) {
 				de.Message = fmt.Sprintf("jobs[%d]: %s", i, de.Message)
@@ -593,7 +593,7 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 	if n.ExpiresAt != nil && !n.ExpiresAt.After(time.Now()) {
 		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
 	}
-	if err := s.checkCredentials(ctx, n.CredentialsID); err != nil {
+	if err := s.checkCredentials(ctx, n.CredentialsID, n.TargetURL); err != nil {
 		return dispatch.Job{}, err
 	}
 	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n}, false)

@@ -203,7 +203,8 @@ func TestCreateJobUnknownCredentials(t *testing.T) {
 	}
 
 	// With credentials that exist the same job is accepted.
-	cr := dispatch.Credentials{SigningSecret: "s3cret", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}
+	cr := dispatch.Credentials{SigningSecret: "s3cret", Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST",
+		AllowedTargets: []string{"https://example.com"}}
 	if err := st.CreateCredentials(t.Context(), &cr); err != nil {
 		t.Fatal(err)
 	}

@@ -247,7 +247,7 @@ func runBench(ctx context.Context, args []string, environ []string, stdout, stde
 		Timeout:   30 * time.Second,
 	}
 	defer client.CloseIdleConnections()
-	credID, err := createBenchCredentials(ctx, client, svc.url(), secret)
+	credID, err := createBenchCredentials(ctx, client, svc.url(), secret, rc.url)
 	if err != nil {
 		return err
 	}
@@ -526,8 +526,11 @@ func postBatch(ctx context.Context, client *http.Client, apiURL string, body []b
 	return ids, nil
 }
 
-func createBenchCredentials(ctx context.Context, client *http.Client, apiURL, secret string) (string, error) {
-	body, _ := json.Marshal(map[string]string{"signingSecret": secret, "bearerToken": "bench-bearer-token"})
+// createBenchCredentials creates the signing credentials, bound to the
+// bench receiver's origin (credentials are sent nowhere else).
+func createBenchCredentials(ctx context.Context, client *http.Client, apiURL, secret, receiverURL string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"signingSecret": secret, "bearerToken": "bench-bearer-token",
+		"allowedTargets": []string{receiverURL}})
 	var cred struct {
 		ID string `json:"id"`
 	}

@@ -49,9 +49,8 @@ type consoleSub struct {
 // create two subscriptions from the form (one passes the handshake, one
 // does not), publish an event through the API, find it, see its job
 // delivered and open the job; disable and enable, edit, verify, delete.
-func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credID string) {
-	rc, delivered := handshakeReceiver(t)
-
+// rc is a handshakeReceiver that credentials credID may be sent to.
+func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credID string, rc *httptest.Server, delivered *atomic.Int64) {
 	b.go_("#/subscriptions")
 	b.waitFor("the empty subscriptions page", `document.querySelector('#subs-results .empty-title') !== null &&
 		document.querySelector('#subs-results').innerText.includes('No subscriptions yet')`)

@@ -309,14 +309,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("%d jobs after the redrive, want %d", after, before+4)
 	}
 
-	// Credentials: create (the secret shown once), then rotate.
+	// Credentials: create bound to a target (the secret shown once), then
+	// rotate, then change where they may be sent.
 	b.go_("#/credentials")
 	b.waitFor("the credentials page", `!!document.querySelector('#create-credentials') && !document.querySelector('#credentials-list .loading')`)
 	b.shot("08-credentials-empty")
-	b.do("create credentials", chromedp.Click(chromedp.ID("create")))
-	b.waitFor("the new secret", `!!document.querySelector('#new-secret') && document.querySelectorAll('#credentials-table tbody tr').length === 1`)
+	b.do("create credentials", chromedp.SendKeys(chromedp.ID("c-targets"), "HTTPS://Partner.Example:443/hooks/"), chromedp.Click(chromedp.ID("create")))
+	b.waitFor("the new secret", `!!document.querySelector('#new-secret') && document.querySelectorAll('#credentials-table tbody tr[data-id]').length === 1`)
 	first := eval[string](b, `document.querySelector('#new-secret').textContent`)
-	credID := eval[string](b, `document.querySelector('#credentials-table tbody tr').dataset.id`)
+	credID := eval[string](b, `document.querySelector('#credentials-table tbody tr[data-id]').dataset.id`)
+	if got := eval[string](b, `[...document.querySelectorAll('tr[data-targets-of="`+credID+`"] .target')].map(e => e.textContent).join(' ')`); got != "https://partner.example/hooks/" {
+		t.Errorf("the new credentials' row shows allowed targets %q, want the one entry normalised", got)
+	}
 	b.shot("09-credentials-created")
 	b.do("rotate", chromedp.Click(chromedp.CSS(`[data-rotate="`+credID+`"]`)))
 	b.waitFor("the rotated secret", `document.querySelector('#new-secret') && document.querySelector('#new-secret').textContent !== `+quoteJS(first)+
@@ -336,8 +340,33 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the Delete button of a credentials row sticks out of its card by %.0f px", over)
 	}
 
+	// Allowed targets: a bad entry is refused with the entry named and
+	// nothing changed; then the subscriptions' receiver is added.
+	hs, delivered := handshakeReceiver(t)
+	b.do("edit the targets", chromedp.Click(chromedp.CSS(`[data-edit-targets="`+credID+`"]`)))
+	b.waitFor("the targets form", `!!document.querySelector('#targets-form') && document.querySelector('#targets-edit').value === 'https://partner.example/hooks/'`)
+	b.do("add a bad target", chromedp.SendKeys(chromedp.ID("targets-edit"), "\nftp://"+strings.TrimPrefix(hs.URL, "http://")), chromedp.Click(chromedp.ID("save-targets")))
+	b.waitFor("the refusal", `!!document.querySelector('#targets-status .alert-error') && document.querySelector('#targets-status').innerText.includes('allowedTargets[1]')`)
+	b.shot("10a-credentials-targets-refused")
+	b.do("fix it", chromedp.SetValue(chromedp.ID("targets-edit"), "https://partner.example/hooks/\n"+hs.URL), chromedp.Click(chromedp.ID("save-targets")))
+	b.waitFor("the saved targets in the row", `!document.querySelector('#targets-form') &&
+		document.querySelectorAll('tr[data-targets-of="`+credID+`"] .target').length === 2`)
+	var bound struct {
+		AllowedTargets []string `json:"allowedTargets"`
+	}
+	in.do("GET", "/api/admin/dispatch/credentials/"+credID, adminToken, nil, &bound)
+	if strings.Join(bound.AllowedTargets, " ") != "https://partner.example/hooks/ "+hs.URL {
+		t.Errorf("allowedTargets after the edit = %q", bound.AllowedTargets)
+	}
+	b.waitFor("the last toast gone", `(() => { const t = document.getElementById('toast'); return !t || getComputedStyle(t).opacity === '0' })()`)
+	b.shot("10b-credentials-targets")
+	if over := eval[float64](b, `(() => { const d = document.querySelector('[data-delete="`+credID+`"]');
+		return d.getBoundingClientRect().right - d.closest('.card').getBoundingClientRect().right; })()`); over > 0 {
+		t.Errorf("with two targets the Delete button of a credentials row sticks out of its card by %.0f px", over)
+	}
+
 	// Events and subscriptions (SPEC §10) with the credentials above.
-	consoleEventsAndSubscriptions(t, in, b, credID)
+	consoleEventsAndSubscriptions(t, in, b, credID, hs, delivered)
 
 	// A state change without the CSRF token is refused, from the page and
 	// from anywhere else holding the cookie.

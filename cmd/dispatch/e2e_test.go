@@ -383,7 +383,7 @@ func TestDeliveryIsSignedAndRecorded(t *testing.T) {
 		SigningSecret string `json:"signingSecret"`
 	}
 	if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken,
-		map[string]any{"bearerToken": "sk_live_e2e_bearer", "signingSecret": secret}, &cred); code != http.StatusCreated {
+		map[string]any{"bearerToken": "sk_live_e2e_bearer", "signingSecret": secret, "allowedTargets": []string{rc.URL}}, &cred); code != http.StatusCreated {
 		t.Fatalf("create credentials: %d", code)
 	}
 	if cred.SigningSecret != "" {

@@ -36,12 +36,14 @@ type listJSON struct {
 	TotalItems int `json:"totalItems"`
 }
 
-func (in *instance) credentials(secret string) string {
+// credentials creates credentials with secret that may be sent to targets.
+func (in *instance) credentials(secret string, targets ...string) string {
 	in.t.Helper()
 	var cred struct {
 		ID string `json:"id"`
 	}
-	if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken, map[string]any{"signingSecret": secret}, &cred); code != http.StatusCreated {
+	body := map[string]any{"signingSecret": secret, "allowedTargets": targets}
+	if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken, body, &cred); code != http.StatusCreated {
 		in.t.Fatalf("create credentials: %d", code)
 	}
 	return cred.ID
@@ -89,9 +91,9 @@ func TestEventReachesEachMatchingSubscriptionSignedWithItsOwnCredentials(t *test
 	secrets := map[*receiver]string{exact: "whsec_exact_subscriber_secret", prefix: "whsec_prefix_subscriber_secret"}
 	subs := map[*receiver]subscriptionJSON{
 		exact: in.subscribe(map[string]any{"name": "exact", "url": exact.URL, "eventTypes": []string{"order.created"},
-			"credentialsId": in.credentials(secrets[exact])}),
+			"credentialsId": in.credentials(secrets[exact], exact.URL)}),
 		prefix: in.subscribe(map[string]any{"name": "prefix", "url": prefix.URL + "/hooks", "eventTypes": []string{"order.*"},
-			"credentialsId": in.credentials(secrets[prefix]), "headers": map[string]string{"X-Team": "billing"}}),
+			"credentialsId": in.credentials(secrets[prefix], prefix.URL+"/hooks"), "headers": map[string]string{"X-Team": "billing"}}),
 		other: in.subscribe(map[string]any{"name": "invoices", "url": other.URL, "eventTypes": []string{"invoice.*"}}),
 	}
 	const data = `{"orderId":"o-1","amount":42}`
@@ -302,7 +304,7 @@ func TestVerificationHandshake(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}))
 	t.Cleanup(srv.Close)
-	cred := in.credentials(secret)
+	cred := in.credentials(secret, srv.URL)
 	good := in.subscribe(map[string]any{"name": "good", "url": srv.URL + "/good", "eventTypes": []string{"*"}, "verify": true, "credentialsId": cred})
 	bad := in.subscribe(map[string]any{"name": "bad", "url": srv.URL + "/bad", "eventTypes": []string{"*"}, "verify": true, "credentialsId": cred})
 	if good.Status != "ACTIVE" {
@@ -466,6 +468,9 @@ func TestEventsWalkThroughWithListen(t *testing.T) {
 		addr, _, _ = strings.Cut(rest, " ")
 		return ok && addr != ""
 	}, func() string { return "dispatch listen did not start: " + out.String() })
+	for _, c := range creds {
+		allowTargets(t, in, c, addr)
+	}
 	for i, name := range []string{"billing", "shipping"} {
 		s := in.subscribe(map[string]any{"name": name, "url": addr + "/hooks/" + name, "eventTypes": []string{"order.*"},
 			"credentialsId": creds[i], "verify": true})

@@ -50,10 +50,18 @@ func adminCall(t *testing.T, in *instance, method, path string, body any, want i
 	return c, string(raw)
 }
 
-// deliverSigned creates a job signed with credentials credID, waits for
-// it to complete and returns the request the receiver got for it.
+// allowTargets sets the targets credentials credID may be sent to.
+func allowTargets(t *testing.T, in *instance, credID string, targets ...string) {
+	t.Helper()
+	adminCall(t, in, "PATCH", "/api/admin/dispatch/credentials/"+credID, map[string]any{"allowedTargets": targets}, http.StatusOK)
+}
+
+// deliverSigned binds credentials credID to rc, creates a job signed with
+// them, waits for it to complete and returns the request the receiver got
+// for it.
 func deliverSigned(t *testing.T, in *instance, rc *receiver, credID string) received {
 	t.Helper()
+	allowTargets(t, in, credID, rc.URL)
 	j := in.createJob(jobBody(rc.URL+"/hooks", map[string]any{"credentialsId": credID}))
 	if done := in.waitStatus(j.ID, 20*time.Second, "COMPLETED", "ERROR"); done.Status != "COMPLETED" {
 		t.Fatalf("job %s = %+v, want COMPLETED", j.ID, done)

@@ -8,27 +8,72 @@ export function credentialsPage(main) {
     h('option', { value: 'FLOWCATALYST' }, 'FLOWCATALYST (X-FLOWCATALYST-SIGNATURE)'),
     h('option', { value: 'STANDARD_WEBHOOKS' }, 'STANDARD_WEBHOOKS (webhook-signature)'));
   const bearer = h('input', { name: 'bearerToken', id: 'c-bearer', type: 'password', autocomplete: 'off', placeholder: 'optional' });
+  const targets = h('textarea', { name: 'allowedTargets', id: 'c-targets', rows: 2, placeholder: 'https://partner.example\nhttps://hooks.example:8443/in/' });
   const form = h('form', { class: 'card filters', id: 'create-credentials' },
     h('h3', {}, 'New credentials'),
     h('div', { class: 'filter-row' },
       h('label', { class: 'field' }, h('span', {}, 'Signature scheme'), scheme),
       h('label', { class: 'field' }, h('span', {}, 'Bearer token sent to receivers'), bearer),
+      h('label', { class: 'field field-wide' }, h('span', {}, 'Allowed targets, one per line'), targets),
       h('div', { class: 'filter-actions' }, h('button', { class: 'btn btn-primary', type: 'submit', id: 'create' }, 'Create'))),
+    h('div', { class: 'muted small' }, targetsHint),
     h('div', { class: 'muted small' }, 'A signing secret is generated and shown once. Secrets are encrypted at rest and never shown again.'));
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    const body = { signatureScheme: scheme.value };
+    const body = { signatureScheme: scheme.value, allowedTargets: parseTargets(targets.value) };
     if (bearer.value) body.bearerToken = bearer.value;
     try {
       const c = await api.post('/api/admin/dispatch/credentials', body);
       bearer.value = '';
+      targets.value = '';
       showSecret(c, 'Credentials created');
       load();
     } catch (e) {
       clear(secretPanel, errorBox(e));
     }
   });
-  clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Credentials')), secretPanel, form, list);
+  const targetsPanel = h('div', { id: 'targets-panel' });
+  clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Credentials')), secretPanel, form, targetsPanel, list);
+
+  // editTargets opens the form that replaces a credentials' allowedTargets.
+  function editTargets(c) {
+    const area = h('textarea', { id: 'targets-edit', rows: Math.max(2, c.allowedTargets.length + 1), value: c.allowedTargets.join('\n') });
+    const status = h('div', { id: 'targets-status' });
+    const edit = h('form', { class: 'card filters', id: 'targets-form', dataset: { id: c.id } },
+      h('h3', {}, 'Allowed targets of ', h('span', { class: 'mono' }, c.id)),
+      h('label', { class: 'field' }, h('span', {}, 'One per line'), area),
+      h('div', { class: 'muted small hint' }, targetsHint,
+        ' Jobs already created for a target you remove end in ERROR, unsent.'),
+      status,
+      h('div', { class: 'form-actions' },
+        h('button', { class: 'btn btn-primary', type: 'submit', id: 'save-targets' }, 'Save'), ' ',
+        h('button', { class: 'btn btn-ghost', type: 'button', id: 'cancel-targets', onclick: () => clear(targetsPanel) }, 'Cancel')));
+    edit.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        await api.patch('/api/admin/dispatch/credentials/' + c.id, { allowedTargets: parseTargets(area.value) });
+        clear(targetsPanel);
+        toast('Allowed targets saved');
+        load();
+      } catch (e) {
+        clear(status, errorBox(e));
+      }
+    });
+    clear(targetsPanel, edit);
+    area.focus();
+  }
+
+  // targetsRow is the line under a credentials' row that says where they
+  // may be sent, with the button that changes it.
+  function targetsRow(c) {
+    const entries = c.allowedTargets.length
+      ? c.allowedTargets.map((t) => h('code', { class: 'target' }, t))
+      : [h('span', { class: 'chip chip-disabled', title: 'no allowed targets: jobs and subscriptions with these credentials are refused' }, 'nowhere')];
+    return h('tr', { class: 'targets-row', dataset: { targetsOf: c.id } },
+      h('td', { colspan: 7 }, h('div', { class: 'targets' },
+        h('span', { class: 'muted small' }, 'Sent only to'), entries,
+        h('button', { class: 'btn btn-sm btn-ghost', dataset: { editTargets: c.id }, onclick: () => editTargets(c) }, 'Change targets'))));
+  }
 
   function showSecret(c, title) {
     const pre = h('code', { class: 'secret', id: 'new-secret' }, c.signingSecret);
@@ -74,10 +119,10 @@ export function credentialsPage(main) {
           const cell = h('td', { class: 'row-actions' },
             h('button', { class: 'btn btn-sm', dataset: { rotate: c.id }, onclick: () => rotate(c) }, 'Rotate'), ' ',
             h('button', { class: 'btn btn-sm btn-ghost', dataset: { delete: c.id }, onclick: () => confirmDelete(c, cell) }, 'Delete'));
-          return h('tr', { dataset: { id: c.id } },
+          return [h('tr', { class: 'cred-row', dataset: { id: c.id } },
             h('td', { class: 'mono' }, c.id), h('td', {}, c.signatureScheme), h('td', {}, c.hasBearerToken ? 'set' : '—'),
             h('td', { class: 'prev-until' }, c.previousSecretExpiresAt ? fmtTime(c.previousSecretExpiresAt) : '—'),
-            h('td', {}, fmtTime(c.createdAt)), h('td', {}, fmtTime(c.updatedAt)), cell);
+            h('td', {}, fmtTime(c.createdAt)), h('td', {}, fmtTime(c.updatedAt)), cell), targetsRow(c)];
         }))))));
     } catch (e) {
       clear(list, errorBox(e));
@@ -85,4 +130,13 @@ export function credentialsPage(main) {
   }
   load();
   return null;
+}
+
+const targetsHint = 'Where these credentials may be sent: origins (https://partner.example, with the port when it is not the default), ' +
+  'each optionally followed by a path prefix (https://partner.example/hooks/). A job or subscription with any other target is refused. ' +
+  'None: nowhere.';
+
+// parseTargets reads one target per line (commas and spaces separate too).
+function parseTargets(text) {
+  return text.split(/[\s,]+/).filter(Boolean);
 }
