@@ -42,8 +42,53 @@ type Subscription struct {
 	RateLimitPerSecond int // 0: unlimited
 	Status             SubscriptionStatus
 	DisabledReason     string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// VerifyRequired: created with "verify": true. Such a subscription is
+	// ACTIVE only while its URL is VerifiedURL (see NeedsHandshake).
+	VerifyRequired bool
+	// VerifiedURL is the url that passed the latest handshake ("" when
+	// none did, or the latest one failed).
+	VerifiedURL string
+	// EnabledAt is when it last became ACTIVE (created ACTIVE, enabled, or
+	// activated by a handshake); the automatic disable counts failures
+	// only from there.
+	EnabledAt time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// NeedsHandshake reports whether the subscription must pass the
+// verification handshake on its current url before it may be ACTIVE: it
+// was created to be verified, and its url is not the one that passed.
+func (s *Subscription) NeedsHandshake() bool {
+	return s.VerifyRequired && s.VerifiedURL != s.URL
+}
+
+// ReasonURLChanged is the reason of a verify-required subscription whose
+// url a change replaced: it waits, PENDING_VERIFICATION, for a handshake.
+const ReasonURLChanged = "url changed; verify the new url"
+
+// ErrUnverified refuses to make ACTIVE a subscription that NeedsHandshake.
+var ErrUnverified = &Error{Code: EConflict, Message: "the subscription's url has not passed the verification handshake: run /verify"}
+
+// ApplySubscriptionRules checks a change of a stored subscription (before)
+// into after, and applies the lifecycle rules to after:
+//   - whether it requires verification, and which url passed, are not
+//     changed here (creation and the handshake set them);
+//   - a new url of a subscription that requires verification has not
+//     passed the handshake: an ACTIVE or PENDING_VERIFICATION one waits
+//     PENDING_VERIFICATION with ReasonURLChanged (a DISABLED one stays
+//     DISABLED, and enabling it runs the handshake);
+//   - it cannot become or stay ACTIVE while it NeedsHandshake
+//     (ErrUnverified).
+func ApplySubscriptionRules(before Subscription, after *Subscription) error {
+	after.VerifyRequired, after.VerifiedURL = before.VerifyRequired, before.VerifiedURL
+	if after.URL != before.URL && after.VerifyRequired && after.Status != SubscriptionDisabled {
+		after.Status, after.DisabledReason = SubscriptionPendingVerification, ReasonURLChanged
+	}
+	if after.Status == SubscriptionActive && after.NeedsHandshake() {
+		return ErrUnverified
+	}
+	return nil
 }
 
 // Event is one published fact; dispatch makes a job of it for every ACTIVE

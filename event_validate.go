@@ -22,7 +22,8 @@ var publishEventFields = map[string]bool{"source": true, "type": true, "data": t
 
 // ParseSubscription decodes and validates a create-subscription body. It
 // reports every problem at once. verify is the body's "verify" flag: the
-// subscription starts PENDING_VERIFICATION and must pass the handshake.
+// subscription starts PENDING_VERIFICATION, requires verification, and
+// must pass the handshake on its url before it is ACTIVE.
 func ParseSubscription(body []byte, rules JobRules) (*Subscription, bool, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
@@ -42,7 +43,7 @@ func ParseSubscription(body []byte, rules JobRules) (*Subscription, bool, error)
 		}
 	}
 	if verify {
-		sub.Status = SubscriptionPendingVerification
+		sub.Status, sub.VerifyRequired = SubscriptionPendingVerification, true
 	}
 	applySubscriptionFields(d, sub, rules, "verify")
 	if err := p.Err(); err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -94,9 +95,17 @@ func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64
 	})
 }
 
+// enableSubscription makes a DISABLED subscription ACTIVE. One created to
+// be verified whose url has not passed the handshake is not made ACTIVE
+// unverified: enable runs the handshake, as /verify does, and its outcome
+// decides (ACTIVE, or PENDING_VERIFICATION with the reason). A
+// subscription waiting for its handshake is activated by /verify only.
 func (s *Server) enableSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
-	// A subscription waiting for its handshake is activated by /verify only.
-	return s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
+	sub, err := s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
+	if errors.Is(err, dispatch.ErrUnverified) {
+		return s.verify(ctx, id)
+	}
+	return sub, err
 }
 
 func (s *Server) disableSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {

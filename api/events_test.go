@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,8 @@ type subscriptionOut struct {
 	RateLimitPerSecond int               `json:"rateLimitPerSecond"`
 	Status             string            `json:"status"`
 	DisabledReason     string            `json:"disabledReason"`
+	VerifyRequired     bool              `json:"verifyRequired"`
+	VerifiedURL        string            `json:"verifiedUrl"`
 }
 
 type eventOut struct {
@@ -232,4 +236,242 @@ func TestVerifyWithoutVerifier(t *testing.T) {
 	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["*"]}`).
 		want(t, http.StatusCreated).decode(t, &s)
 	f.do(t, "POST", "/api/dispatch/subscriptions/"+s.ID+"/verify", "").errorCode(t, http.StatusServiceUnavailable, dispatch.EUnavailable)
+}
+
+// setupVerifying serves the API with the real verification handshake.
+func setupVerifying(t *testing.T) *fixture {
+	t.Helper()
+	var f *fixture
+	f = setup(t, withVerifier(func() *mediator.Verifier {
+		sender := mediator.NewSender(mediator.SenderConfig{Timeout: 10 * time.Second, Guard: mediator.Guard{AllowPrivate: true}})
+		return mediator.NewVerifier(f.store, sender, slog.New(slog.DiscardHandler))
+	}))
+	return f
+}
+
+// handshakeReceiver is an endpoint whose answer to the handshake the test
+// switches: it echoes the challenge while echo is set, and when hold is
+// set it first reports the request on arrived and waits for release.
+type handshakeReceiver struct {
+	URL        string
+	echo, hold atomic.Bool
+	handshakes atomic.Int32
+	arrived    chan struct{}
+	release    chan struct{}
+}
+
+func newHandshakeReceiver(t *testing.T) *handshakeReceiver {
+	t.Helper()
+	rc := &handshakeReceiver{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]string
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		if m["type"] == dispatch.VerificationType {
+			rc.handshakes.Add(1)
+			if rc.hold.Load() {
+				rc.arrived <- struct{}{}
+				<-rc.release
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if rc.echo.Load() {
+			_ = json.NewEncoder(w).Encode(map[string]string{"challenge": m["challenge"]})
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-rc.release:
+		default:
+			close(rc.release)
+		}
+	})
+	rc.URL = srv.URL
+	return rc
+}
+
+// reaches publishes an order.created event and reports whether it made a
+// job for the subscription.
+func (f *fixture) reaches(t *testing.T, subID string) bool {
+	t.Helper()
+	var e eventOut
+	f.do(t, "POST", "/api/dispatch/events", `{"source":"shop","type":"order.created","data":{}}`).want(t, http.StatusCreated).decode(t, &e)
+	for _, j := range e.Jobs {
+		if j.SubscriptionID == subID {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEnableDoesNotSkipTheHandshake: a subscription created to be verified
+// that failed its handshake does not become ACTIVE by disable and enable:
+// enable runs the handshake, and only a passing one makes it ACTIVE.
+func TestEnableDoesNotSkipTheHandshake(t *testing.T) {
+	f := setupVerifying(t)
+	rc := newHandshakeReceiver(t)
+	var sub subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"`+rc.URL+`/hook","eventTypes":["order.*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	if sub.Status != "PENDING_VERIFICATION" || !sub.VerifyRequired || sub.VerifiedURL != "" {
+		t.Fatalf("created against a silent endpoint: %+v", sub)
+	}
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/enable", "").errorCode(t, http.StatusConflict, dispatch.EConflict)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/disable", "").want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "DISABLED" {
+		t.Fatalf("disabled: %+v", sub)
+	}
+	// Enable runs the handshake; the endpoint still does not echo.
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/enable", "").want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "PENDING_VERIFICATION" || !strings.Contains(sub.DisabledReason, "challenge") {
+		t.Fatalf("enable of an unverified subscription: %s (%q), want PENDING_VERIFICATION with the handshake's reason", sub.Status, sub.DisabledReason)
+	}
+	if f.reaches(t, sub.ID) {
+		t.Fatalf("an event reached a subscription whose url never passed the handshake")
+	}
+	if n := rc.handshakes.Load(); n != 2 {
+		t.Errorf("%d handshakes, want 2 (create and enable)", n)
+	}
+	// The endpoint learns to answer: disable and enable make it ACTIVE.
+	rc.echo.Store(true)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/disable", "").want(t, http.StatusOK)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/enable", "").want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "ACTIVE" || sub.VerifiedURL != rc.URL+"/hook" {
+		t.Fatalf("enable after the endpoint echoes: %+v", sub)
+	}
+	if !f.reaches(t, sub.ID) {
+		t.Fatalf("no job for the verified subscription")
+	}
+	// Its url passed: disable and enable need no handshake now.
+	rc.echo.Store(false)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/disable", "").want(t, http.StatusOK)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/enable", "").want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "ACTIVE" || rc.handshakes.Load() != 3 {
+		t.Errorf("enable of a verified url: %s after %d handshakes, want ACTIVE after 3", sub.Status, rc.handshakes.Load())
+	}
+}
+
+// TestURLChangeDuringHandshakeDoesNotActivateTheNewURL: a handshake that
+// passed on the old url while a PATCH moved the subscription to a new one
+// does not make the new url ACTIVE.
+func TestURLChangeDuringHandshakeDoesNotActivateTheNewURL(t *testing.T) {
+	f := setupVerifying(t)
+	old, other := newHandshakeReceiver(t), newHandshakeReceiver(t)
+	other.echo.Store(true) // would pass, had it been asked
+	var sub subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"`+old.URL+`/hook","eventTypes":["order.*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	if sub.Status != "PENDING_VERIFICATION" {
+		t.Fatalf("created against a silent endpoint: %+v", sub)
+	}
+
+	// /verify: the old endpoint holds the handshake until the PATCH is done,
+	// then passes it.
+	old.echo.Store(true)
+	old.hold.Store(true)
+	type answer struct {
+		status int
+		body   subscriptionOut
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		req, _ := http.NewRequestWithContext(context.Background(), "POST", f.url+"/api/dispatch/subscriptions/"+sub.ID+"/verify", nil)
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		a.status, a.err = resp.StatusCode, json.NewDecoder(resp.Body).Decode(&a.body)
+		done <- a
+	}()
+	select {
+	case <-old.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handshake never reached the old endpoint")
+	}
+	var patched subscriptionOut
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+sub.ID, `{"url":"`+other.URL+`/new"}`).want(t, http.StatusOK).decode(t, &patched)
+	if patched.Status != "PENDING_VERIFICATION" || patched.DisabledReason != dispatch.ReasonURLChanged {
+		t.Errorf("the PATCH answered %s (%q), want PENDING_VERIFICATION (%q)", patched.Status, patched.DisabledReason, dispatch.ReasonURLChanged)
+	}
+	close(old.release)
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("/verify did not answer")
+	}
+	if a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("/verify: %d %v", a.status, a.err)
+	}
+	if a.body.Status == "ACTIVE" {
+		t.Errorf("/verify answered ACTIVE for %s, a url no handshake reached", a.body.URL)
+	}
+	var got subscriptionOut
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+sub.ID, "").want(t, http.StatusOK).decode(t, &got)
+	if got.URL != other.URL+"/new" || got.Status != "PENDING_VERIFICATION" || got.VerifiedURL == got.URL {
+		t.Fatalf("after the handshake of the old url: %+v, want the new url PENDING_VERIFICATION", got)
+	}
+	if f.reaches(t, sub.ID) {
+		t.Errorf("an event reached the new url, which no handshake verified")
+	}
+	if n := other.handshakes.Load(); n != 0 {
+		t.Errorf("the new endpoint got %d handshakes, want none yet", n)
+	}
+	// The new url's own handshake makes it ACTIVE.
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/verify", "").want(t, http.StatusOK).decode(t, &got)
+	if got.Status != "ACTIVE" || got.VerifiedURL != other.URL+"/new" {
+		t.Fatalf("verify of the new url: %+v", got)
+	}
+}
+
+// TestURLChangeOfVerifiedSubscriptionWaitsForItsHandshake: a PATCH of the
+// url of an ACTIVE subscription created to be verified makes it
+// PENDING_VERIFICATION; events stop reaching it until the new url passes.
+// A subscription created without verification keeps its status.
+func TestURLChangeOfVerifiedSubscriptionWaitsForItsHandshake(t *testing.T) {
+	f := setupVerifying(t)
+	rc := newHandshakeReceiver(t)
+	rc.echo.Store(true)
+	var sub, plain subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"`+rc.URL+`/a","eventTypes":["order.*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"plain","url":"`+rc.URL+`/p","eventTypes":["order.*"]}`).
+		want(t, http.StatusCreated).decode(t, &plain)
+	if sub.Status != "ACTIVE" || !sub.VerifyRequired || sub.VerifiedURL != rc.URL+"/a" || plain.VerifyRequired {
+		t.Fatalf("created %+v and %+v", sub, plain)
+	}
+	if !f.reaches(t, sub.ID) {
+		t.Fatalf("no job for the verified subscription")
+	}
+	// A change that keeps the url keeps it ACTIVE.
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+sub.ID, `{"name":"renamed","url":"`+rc.URL+`/a"}`).want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "ACTIVE" {
+		t.Fatalf("a rename made it %s", sub.Status)
+	}
+
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+sub.ID, `{"url":"`+rc.URL+`/b"}`).want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "PENDING_VERIFICATION" || sub.DisabledReason != dispatch.ReasonURLChanged || sub.VerifiedURL != rc.URL+"/a" {
+		t.Fatalf("after a url change: %+v, want PENDING_VERIFICATION (%q)", sub, dispatch.ReasonURLChanged)
+	}
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+plain.ID, `{"url":"`+rc.URL+`/q"}`).want(t, http.StatusOK).decode(t, &plain)
+	if plain.Status != "ACTIVE" {
+		t.Errorf("a url change of a subscription created without verification made it %s", plain.Status)
+	}
+	if f.reaches(t, sub.ID) {
+		t.Fatalf("an event reached the new url before its handshake")
+	}
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/verify", "").want(t, http.StatusOK).decode(t, &sub)
+	if sub.Status != "ACTIVE" || sub.VerifiedURL != rc.URL+"/b" {
+		t.Fatalf("verify of the new url: %+v", sub)
+	}
+	if !f.reaches(t, sub.ID) {
+		t.Errorf("no job for the subscription once its new url passed")
+	}
 }

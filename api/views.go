@@ -173,6 +173,8 @@ type subscriptionView struct {
 	RateLimitPerSecond int                         `json:"rateLimitPerSecond,omitempty"`
 	Status             dispatch.SubscriptionStatus `json:"status"`
 	DisabledReason     string                      `json:"disabledReason,omitempty"`
+	VerifyRequired     bool                        `json:"verifyRequired"`
+	VerifiedURL        string                      `json:"verifiedUrl,omitempty"`
 	CreatedAt          string                      `json:"createdAt"`
 	UpdatedAt          string                      `json:"updatedAt"`
 }
@@ -182,7 +184,8 @@ func viewSubscription(s dispatch.Subscription) subscriptionView {
 		ID: dispatch.FormatID(s.ID), Name: s.Name, URL: s.URL, EventTypes: s.EventTypes, Filter: s.Filter,
 		CredentialsID: idOrEmpty(s.CredentialsID), Headers: s.Headers, MaxRetries: s.MaxRetries,
 		RetryStrategy: string(s.RetryStrategy), OrderingKey: s.OrderingKey, RateLimitPerSecond: s.RateLimitPerSecond,
-		Status: s.Status, DisabledReason: s.DisabledReason, CreatedAt: fmtTime(s.CreatedAt), UpdatedAt: fmtTime(s.UpdatedAt),
+		Status: s.Status, DisabledReason: s.DisabledReason, VerifyRequired: s.VerifyRequired, VerifiedURL: s.VerifiedURL,
+		CreatedAt: fmtTime(s.CreatedAt), UpdatedAt: fmtTime(s.UpdatedAt),
 	}
 	if v.Filter == nil {
 		v.Filter = map[string]string{}

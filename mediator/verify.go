@@ -16,15 +16,20 @@ import (
 type VerifyStore interface {
 	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
-	SetSubscriptionStatus(ctx context.Context, id int64, status dispatch.SubscriptionStatus, reason string, from ...dispatch.SubscriptionStatus) (dispatch.Subscription, error)
+	// ApplyHandshake stores the outcome (reason "": passed) only if the
+	// subscription still has the url and status the handshake started
+	// from, and returns it as it now is.
+	ApplyHandshake(ctx context.Context, id int64, url string, from dispatch.SubscriptionStatus, reason string) (dispatch.Subscription, bool, error)
 }
 
 // Verifier runs the subscription verification handshake (SPEC §10): a
 // signed POST of {"type":"dispatch.verification","challenge":"<random>"} to
 // the subscription's url through the same SSRF-guarded Sender as every
 // delivery. A 2xx answer whose JSON body echoes the challenge makes the
-// subscription ACTIVE; anything else leaves it PENDING_VERIFICATION with
-// the reason.
+// subscription ACTIVE with that url verified; anything else leaves it
+// PENDING_VERIFICATION with the reason. The outcome is for the url the
+// handshake reached: it is stored only if the url (and the status) did not
+// change while the handshake ran.
 type Verifier struct {
 	store  VerifyStore
 	sender *Sender
@@ -39,7 +44,10 @@ func NewVerifier(store VerifyStore, sender *Sender, log *slog.Logger) *Verifier 
 	return &Verifier{store: store, sender: sender, log: log.With("component", "verifier")}
 }
 
-// Verify runs the handshake for subscription id and stores its outcome.
+// Verify runs the handshake for subscription id and stores its outcome. It
+// returns the subscription as it is afterwards: when its url or status
+// changed while the handshake ran, the outcome is dropped and the
+// subscription is returned as that change left it.
 func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
 	sub, err := v.store.GetSubscription(ctx, id)
 	if err != nil {
@@ -49,13 +57,20 @@ func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription,
 		return sub, err // 422: nothing sent, nothing stored
 	}
 	reason := v.handshake(ctx, sub)
-	status := dispatch.SubscriptionActive
 	if reason != "" {
-		status = dispatch.SubscriptionPendingVerification
 		reason = "verification failed: " + reason
 	}
-	v.log.Info("verification handshake", "subscription_id", id, "status", status, "reason", reason)
-	return v.store.SetSubscriptionStatus(ctx, id, status, reason)
+	out, applied, err := v.store.ApplyHandshake(ctx, id, sub.URL, sub.Status, reason)
+	if err != nil {
+		return out, err
+	}
+	if !applied {
+		v.log.Info("verification handshake outcome dropped: the subscription changed while it ran",
+			"subscription_id", id, "passed", reason == "", "status", out.Status)
+		return out, nil
+	}
+	v.log.Info("verification handshake", "subscription_id", id, "status", out.Status, "reason", reason)
+	return out, nil
 }
 
 // checkTarget refuses a handshake whose credentials may not be sent to the

@@ -18,7 +18,8 @@ import (
 )
 
 const subscriptionColumns = `id, name, url, event_types, filter, credentials_id, headers, max_retries,
-	retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason, created_at, updated_at`
+	retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason, verify_required,
+	COALESCE(verified_url, ''), enabled_at, created_at, updated_at`
 
 func scanSubscription(row pgx.Row) (dispatch.Subscription, error) {
 	var (
@@ -30,7 +31,8 @@ func scanSubscription(row pgx.Row) (dispatch.Subscription, error) {
 		eventTypes          []string
 	)
 	err := row.Scan(&s.ID, &s.Name, &s.URL, &eventTypes, &filter, &credID, &headers, &s.MaxRetries,
-		&s.RetryStrategy, &orderingKey, &rate, &s.Status, &reason, &s.CreatedAt, &s.UpdatedAt)
+		&s.RetryStrategy, &orderingKey, &rate, &s.Status, &reason, &s.VerifyRequired, &s.VerifiedURL, &s.EnabledAt,
+		&s.CreatedAt, &s.UpdatedAt)
 	if err != nil {
 		return s, err
 	}
@@ -76,8 +78,13 @@ func (s *Store) checkCredentials(ctx context.Context, id int64, target string) e
 	return c.CheckTarget(target)
 }
 
-// CreateSubscription stores a new subscription in the status it carries.
+// CreateSubscription stores a new subscription in the status it carries,
+// and whether it requires verification. No url is verified yet, so one
+// that requires verification cannot start ACTIVE.
 func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error) {
+	if sub.Status == dispatch.SubscriptionActive && sub.VerifyRequired {
+		return dispatch.Subscription{}, dispatch.ErrUnverified
+	}
 	if err := s.checkCredentials(ctx, sub.CredentialsID, sub.URL); err != nil {
 		return dispatch.Subscription{}, err
 	}
@@ -88,12 +95,12 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscripti
 		out, err = scanSubscription(tx.QueryRow(ctx, `
 		INSERT INTO dispatch_subscription (id, name, url, event_types, filter, credentials_id, headers,
 			max_retries, retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason,
-			created_at, updated_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$14)
+			verify_required, enabled_at, created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$15,$14,$14,$14)
 		RETURNING `+subscriptionColumns,
 			s.NewID(), sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
 			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
-			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now))
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now, sub.VerifyRequired))
 		if err != nil {
 			return err
 		}
@@ -146,7 +153,11 @@ func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFi
 
 // UpdateSubscription applies change to the subscription under a row lock
 // and stores the result: a partial update never loses a concurrent one.
-// change returns an error (a bad field) to store nothing.
+// change returns an error (a bad field) to store nothing. The lifecycle
+// rules hold whatever change does (dispatch.ApplySubscriptionRules): a new
+// url of a subscription that requires verification waits for a handshake,
+// and an unverified one never becomes ACTIVE. Becoming ACTIVE sets
+// enabled_at.
 func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*dispatch.Subscription) error) (dispatch.Subscription, error) {
 	var out dispatch.Subscription
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -158,7 +169,11 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 			return err
 		}
 		credBefore, urlBefore := sub.CredentialsID, sub.URL
+		before := sub
 		if err := change(&sub); err != nil {
+			return err
+		}
+		if err := dispatch.ApplySubscriptionRules(before, &sub); err != nil {
 			return err
 		}
 		if sub.CredentialsID != credBefore || sub.URL != urlBefore {
@@ -169,7 +184,8 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 		out, err = scanSubscription(tx.QueryRow(ctx, `
 			UPDATE dispatch_subscription SET name = $2, url = $3, event_types = $4, filter = $5,
 				credentials_id = $6, headers = $7, max_retries = $8, retry_strategy = $9, ordering_key = $10,
-				rate_limit_per_second = $11, status = $12, disabled_reason = $13, updated_at = now()
+				rate_limit_per_second = $11, status = $12, disabled_reason = $13, updated_at = now(),
+				enabled_at = CASE WHEN $12 = 'ACTIVE' AND status <> 'ACTIVE' THEN now() ELSE enabled_at END
 			WHERE id = $1 RETURNING `+subscriptionColumns,
 			id, sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
 			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
@@ -191,7 +207,8 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 
 // SetSubscriptionStatus moves a subscription to status with reason (empty
 // for ACTIVE), but only from one of the states in from (none: any state). A
-// subscription in another state is a conflict.
+// subscription in another state is a conflict; ACTIVE for one that must
+// pass the handshake first is dispatch.ErrUnverified.
 func (s *Store) SetSubscriptionStatus(ctx context.Context, id int64, status dispatch.SubscriptionStatus, reason string, from ...dispatch.SubscriptionStatus) (dispatch.Subscription, error) {
 	return s.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
 		if len(from) > 0 && sub.Status != status {
@@ -206,6 +223,33 @@ func (s *Store) SetSubscriptionStatus(ctx context.Context, id int64, status disp
 		sub.Status, sub.DisabledReason = status, reason
 		return nil
 	})
+}
+
+// ApplyHandshake stores the outcome of a verification handshake that ran
+// on url while the subscription was in status from. Passed (reason "")
+// makes it ACTIVE with url verified; failed makes it PENDING_VERIFICATION
+// with the reason and no verified url. The outcome applies only if url and
+// status are still those (compare-and-set): a handshake never decides for
+// a url changed while it ran, nor undoes a disable. It returns the
+// subscription as it now is and whether the outcome applied.
+func (s *Store) ApplyHandshake(ctx context.Context, id int64, url string, from dispatch.SubscriptionStatus, reason string) (dispatch.Subscription, bool, error) {
+	status, verified := dispatch.SubscriptionActive, &url
+	if reason != "" {
+		status, verified = dispatch.SubscriptionPendingVerification, nil
+	}
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `
+		UPDATE dispatch_subscription SET status = $4, disabled_reason = $5, verified_url = $6, updated_at = now(),
+			enabled_at = CASE WHEN $4 = 'ACTIVE' AND status <> 'ACTIVE' THEN now() ELSE enabled_at END
+		WHERE id = $1 AND url = $2 AND status = $3
+		RETURNING `+subscriptionColumns, id, url, string(from), string(status), nullStr(reason), verified))
+	if errors.Is(err, pgx.ErrNoRows) {
+		sub, err = s.GetSubscription(ctx, id)
+		return sub, false, err
+	}
+	if err != nil {
+		return sub, false, fmt.Errorf("store: apply handshake of subscription %d: %w", id, err)
+	}
+	return sub, true, nil
 }
 
 // DeleteSubscription removes a subscription. Jobs already made for it go on.
@@ -527,23 +571,36 @@ func ensureSlots(ctx context.Context, q querier, sub dispatch.Subscription) erro
 		SELECT count(*) FROM ins`, sub.ID, sub.RateLimitPerSecond).Scan(&n)
 }
 
-// DisableFailingSubscriptions disables ACTIVE subscriptions whose finished
-// jobs have all ended ERROR for at least after: one ERROR finished before
-// now−after with no COMPLETED job since. It returns how many it disabled.
+// DisableFailingSubscriptions disables ACTIVE subscriptions that have
+// failed for at least after since they were last enabled: their failure
+// streak (the ERROR jobs finished after the last COMPLETED one and after
+// enabled_at) began at or before now−after. So an enable — by an operator,
+// at creation, or by a handshake — lasts until the subscription has failed
+// for a whole period again; failures from before it do not count. It
+// returns how many it disabled.
 func (s *Store) DisableFailingSubscriptions(ctx context.Context, now time.Time, after time.Duration) (int64, error) {
 	cutoff := now.Add(-after)
+	// The streak's start is one index probe per ACTIVE subscription
+	// enabled before the cutoff (the last COMPLETED, then the first ERROR
+	// after it and after the enable). The UPDATE re-checks status and
+	// enabled_at on the row it changes, so a subscription enabled again
+	// while this ran is not disabled by failures from before that enable.
 	tag, err := s.pool.Exec(ctx, `
+		WITH failing AS (
+			SELECT id, enabled_at, since FROM (
+				SELECT s.id, s.enabled_at, (
+					SELECT min(e.completed_at) FROM dispatch_job e
+					WHERE e.subscription_id = s.id AND e.status = 'ERROR' AND e.completed_at >= s.enabled_at
+						AND e.completed_at > COALESCE((SELECT max(c.completed_at) FROM dispatch_job c
+							WHERE c.subscription_id = s.id AND c.status = 'COMPLETED'), '-infinity')) AS since
+				FROM dispatch_subscription s
+				WHERE s.status = 'ACTIVE' AND s.enabled_at <= $2) streak
+			WHERE since <= $2)
 		UPDATE dispatch_subscription s SET status = 'DISABLED', updated_at = $1,
-			disabled_reason = 'every delivery has failed since ' || to_char(
-				(SELECT min(e.completed_at) FROM dispatch_job e WHERE e.subscription_id = s.id AND e.status = 'ERROR'
-					AND e.completed_at > COALESCE((SELECT max(c.completed_at) FROM dispatch_job c
-						WHERE c.subscription_id = s.id AND c.status = 'COMPLETED'), '-infinity'))
-				AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' (automatic disable after ' || $3 || ')'
-		WHERE s.status = 'ACTIVE' AND EXISTS (
-			SELECT 1 FROM dispatch_job e
-			WHERE e.subscription_id = s.id AND e.status = 'ERROR' AND e.completed_at <= $2
-				AND NOT EXISTS (SELECT 1 FROM dispatch_job c WHERE c.subscription_id = s.id
-					AND c.status = 'COMPLETED' AND c.completed_at >= e.completed_at))`,
+			disabled_reason = 'every delivery has failed since ' ||
+				to_char(f.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' (automatic disable after ' || $3 || ')'
+		FROM failing f
+		WHERE s.id = f.id AND s.status = 'ACTIVE' AND s.enabled_at = f.enabled_at`,
 		now, cutoff, after.String())
 	if err != nil {
 		return 0, fmt.Errorf("store: disable failing subscriptions: %w", err)

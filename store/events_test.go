@@ -2,12 +2,15 @@ package store_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/store"
@@ -278,30 +281,47 @@ func TestAcquireSlotLimitsAcrossCallers(t *testing.T) {
 	}
 }
 
+// finishEventJob publishes an event and finishes the job it makes for sub
+// with status at the given time.
+func finishEventJob(t *testing.T, st *store.Store, pool *pgxpool.Pool, sub dispatch.Subscription, status string, at time.Time) {
+	t.Helper()
+	e, _ := publish(t, st, "order.created", `{}`, nil, "")
+	if !subIDs(e.Jobs)[sub.ID] {
+		t.Fatalf("the event made no job for subscription %d", sub.ID)
+	}
+	for _, j := range e.Jobs {
+		if j.SubscriptionID == sub.ID {
+			if _, err := pool.Exec(t.Context(), `UPDATE dispatch_job SET status = $2, completed_at = $3 WHERE id = $1`, j.ID, status, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// enabledAt moves when the subscription became ACTIVE to at.
+func enabledAt(t *testing.T, pool *pgxpool.Pool, sub dispatch.Subscription, at time.Time) {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `UPDATE dispatch_subscription SET enabled_at = $2 WHERE id = $1`, sub.ID, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDisableFailingSubscriptions(t *testing.T) {
 	t.Parallel()
 	st, pool := setup(t)
 	failing := createSubscription(t, st)
 	recovered := createSubscription(t, st)
 	young := createSubscription(t, st)
-	finish := func(sub dispatch.Subscription, status string, at time.Time) {
-		t.Helper()
-		e, _ := publish(t, st, "order.created", `{}`, nil, "")
-		for _, j := range e.Jobs {
-			if j.SubscriptionID == sub.ID {
-				if _, err := pool.Exec(t.Context(), `UPDATE dispatch_job SET status = $2, completed_at = $3 WHERE id = $1`, j.ID, status, at); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
 	now := time.Now().UTC()
-	finish(failing, "ERROR", now.Add(-6*24*time.Hour))
-	finish(failing, "ERROR", now.Add(-time.Hour))
-	finish(recovered, "ERROR", now.Add(-6*24*time.Hour))
-	finish(recovered, "COMPLETED", now.Add(-2*24*time.Hour))
-	finish(recovered, "ERROR", now.Add(-time.Hour))
-	finish(young, "ERROR", now.Add(-24*time.Hour))
+	for _, s := range []dispatch.Subscription{failing, recovered, young} {
+		enabledAt(t, pool, s, now.Add(-7*24*time.Hour)) // ACTIVE for a week
+	}
+	finishEventJob(t, st, pool, failing, "ERROR", now.Add(-6*24*time.Hour))
+	finishEventJob(t, st, pool, failing, "ERROR", now.Add(-time.Hour))
+	finishEventJob(t, st, pool, recovered, "ERROR", now.Add(-6*24*time.Hour))
+	finishEventJob(t, st, pool, recovered, "COMPLETED", now.Add(-2*24*time.Hour))
+	finishEventJob(t, st, pool, recovered, "ERROR", now.Add(-time.Hour))
+	finishEventJob(t, st, pool, young, "ERROR", now.Add(-24*time.Hour))
 	n, err := st.DisableFailingSubscriptions(t.Context(), now, 5*24*time.Hour)
 	if err != nil || n != 1 {
 		t.Fatalf("disabled %d, err %v; want 1", n, err)
@@ -315,10 +335,134 @@ func TestDisableFailingSubscriptions(t *testing.T) {
 			t.Errorf("subscription %d is %s, want ACTIVE", s.ID, got.Status)
 		}
 	}
-	// Enabling it again is one call, and it stays enabled until it fails
-	// for the whole period again.
-	if _, err := st.SetSubscriptionStatus(t.Context(), failing.ID, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled); err != nil {
+}
+
+// TestReenabledSubscriptionStaysActiveUntilItFailsForAWholePeriodAgain: an
+// operator's enable of an automatically disabled subscription is not undone
+// by the next sweep; failures from before the enable do not count, and only
+// a whole period of failures after it disables it again.
+func TestReenabledSubscriptionStaysActiveUntilItFailsForAWholePeriodAgain(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	const after = 5 * 24 * time.Hour
+	sub := createSubscription(t, st)
+	now := time.Now().UTC()
+	enabledAt(t, pool, sub, now.Add(-7*24*time.Hour))
+	finishEventJob(t, st, pool, sub, "ERROR", now.Add(-6*24*time.Hour))
+	if n, err := st.DisableFailingSubscriptions(t.Context(), now, after); err != nil || n != 1 {
+		t.Fatalf("first sweep disabled %d, err %v; want 1", n, err)
+	}
+
+	on, err := st.SetSubscriptionStatus(t.Context(), sub.ID, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
+	if err != nil || on.Status != dispatch.SubscriptionActive {
+		t.Fatalf("enable: %s %v", on.Status, err)
+	}
+	if on.EnabledAt.Before(now) {
+		t.Errorf("enabledAt %v is before the enable (after %v)", on.EnabledAt, now)
+	}
+	// One failure since the enable: within the period after it, sweeps
+	// (the next one, and the last one before the period is over) leave it
+	// ACTIVE, and it receives the next event's job.
+	finishEventJob(t, st, pool, on, "ERROR", on.EnabledAt.Add(time.Second))
+	for _, at := range []time.Time{time.Now(), on.EnabledAt.Add(time.Minute), on.EnabledAt.Add(after)} {
+		if n, err := st.DisableFailingSubscriptions(t.Context(), at, after); err != nil || n != 0 {
+			t.Fatalf("sweep at enable+%v disabled %d, err %v; want 0", at.Sub(on.EnabledAt), n, err)
+		}
+	}
+	if got, _ := st.GetSubscription(t.Context(), sub.ID); got.Status != dispatch.SubscriptionActive {
+		t.Fatalf("after the sweeps the re-enabled subscription is %s (%q)", got.Status, got.DisabledReason)
+	}
+	if e, _ := publish(t, st, "order.created", `{"n":1}`, nil, ""); !subIDs(e.Jobs)[sub.ID] {
+		t.Fatalf("the re-enabled subscription got no job of the next event: %+v", e.Jobs)
+	}
+
+	// Nothing but failures for a whole period since the enable: disabled
+	// again, the reason naming when the streak began.
+	finishEventJob(t, st, pool, on, "ERROR", on.EnabledAt.Add(time.Hour))
+	sweep := on.EnabledAt.Add(time.Second + after)
+	if n, err := st.DisableFailingSubscriptions(t.Context(), sweep, after); err != nil || n != 1 {
+		t.Fatalf("sweep a whole period after the first failure since the enable disabled %d, err %v; want 1", n, err)
+	}
+	got, _ := st.GetSubscription(t.Context(), sub.ID)
+	since := on.EnabledAt.Add(time.Second).UTC().Format("2006-01-02T15:04:05Z")
+	if got.Status != dispatch.SubscriptionDisabled || !strings.Contains(got.DisabledReason, "failed since "+since) {
+		t.Errorf("disabled again: %s %q, want the streak from %s", got.Status, got.DisabledReason, since)
+	}
+}
+
+// TestHandshakeAndURLChangesKeepUnverifiedURLsInactive: a subscription
+// created to be verified is ACTIVE only while its url is the one that
+// passed the handshake, whatever path changes it.
+func TestHandshakeAndURLChangesKeepUnverifiedURLsInactive(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	sub := createSubscription(t, st, func(s *dispatch.Subscription) {
+		s.Status, s.VerifyRequired = dispatch.SubscriptionPendingVerification, true
+	})
+	if !sub.VerifyRequired || sub.VerifiedURL != "" {
+		t.Fatalf("created %+v", sub)
+	}
+	_, err := st.CreateSubscription(t.Context(), &dispatch.Subscription{Name: "x", URL: "https://example.com/x", EventTypes: []string{"*"},
+		MaxRetries: 1, RetryStrategy: dispatch.RetryFixed, Status: dispatch.SubscriptionActive, VerifyRequired: true})
+	wantCode(t, err, dispatch.EConflict)
+
+	// A handshake's outcome applies only to the url and status it started
+	// from.
+	got, applied, err := st.ApplyHandshake(t.Context(), sub.ID, "https://example.com/other", dispatch.SubscriptionPendingVerification, "")
+	if err != nil || applied || got.Status != dispatch.SubscriptionPendingVerification {
+		t.Fatalf("a handshake of another url: applied %v, %s, %v", applied, got.Status, err)
+	}
+	got, applied, err = st.ApplyHandshake(t.Context(), sub.ID, sub.URL, dispatch.SubscriptionDisabled, "")
+	if err != nil || applied || got.Status != dispatch.SubscriptionPendingVerification {
+		t.Fatalf("a handshake from another status: applied %v, %s, %v", applied, got.Status, err)
+	}
+	before := time.Now()
+	got, applied, err = st.ApplyHandshake(t.Context(), sub.ID, sub.URL, dispatch.SubscriptionPendingVerification, "")
+	if err != nil || !applied || got.Status != dispatch.SubscriptionActive || got.VerifiedURL != sub.URL || got.EnabledAt.Before(before.Add(-time.Second)) {
+		t.Fatalf("a passed handshake: applied %v, %+v, %v", applied, got, err)
+	}
+
+	// Disable and enable: the url passed, so no handshake is needed.
+	for _, want := range []dispatch.SubscriptionStatus{dispatch.SubscriptionDisabled, dispatch.SubscriptionActive} {
+		if got, err = st.SetSubscriptionStatus(t.Context(), sub.ID, want, ""); err != nil || got.Status != want {
+			t.Fatalf("set %s: %s %v", want, got.Status, err)
+		}
+	}
+	// A new url waits for its handshake, with the reason.
+	got, err = st.UpdateSubscription(t.Context(), sub.ID, func(s *dispatch.Subscription) error {
+		s.URL = "https://example.com/new"
+		return nil
+	})
+	if err != nil || got.Status != dispatch.SubscriptionPendingVerification || got.DisabledReason != dispatch.ReasonURLChanged || got.VerifiedURL != sub.URL {
+		t.Fatalf("after a url change: %+v %v", got, err)
+	}
+	if e, _ := publish(t, st, "order.created", `{}`, nil, ""); subIDs(e.Jobs)[sub.ID] {
+		t.Errorf("an unverified url got an event's job")
+	}
+	// Disabled, then enabled: refused while the new url has not passed;
+	// a DISABLED one keeps its status when its url changes.
+	if _, err = st.SetSubscriptionStatus(t.Context(), sub.ID, dispatch.SubscriptionDisabled, "disabled by request"); err != nil {
 		t.Fatal(err)
+	}
+	_, err = st.SetSubscriptionStatus(t.Context(), sub.ID, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
+	if !errors.Is(err, dispatch.ErrUnverified) {
+		t.Fatalf("enable of an unverified url: %v, want ErrUnverified", err)
+	}
+	got, err = st.UpdateSubscription(t.Context(), sub.ID, func(s *dispatch.Subscription) error {
+		s.URL, s.VerifiedURL = "https://example.com/newer", "https://example.com/newer" // VerifiedURL is not the change's to set
+		return nil
+	})
+	if err != nil || got.Status != dispatch.SubscriptionDisabled || got.DisabledReason != "disabled by request" || got.VerifiedURL != sub.URL {
+		t.Fatalf("a url change of a DISABLED one: %+v %v", got, err)
+	}
+	// The table refuses an unverified ACTIVE row, whatever writes it.
+	if _, err := pool.Exec(t.Context(), `UPDATE dispatch_subscription SET status = 'ACTIVE' WHERE id = $1`, sub.ID); err == nil {
+		t.Errorf("the table took an ACTIVE row whose url did not pass the handshake")
+	}
+	// A failed handshake forgets the url that passed before.
+	got, applied, err = st.ApplyHandshake(t.Context(), sub.ID, got.URL, dispatch.SubscriptionDisabled, "verification failed: HTTP 404")
+	if err != nil || !applied || got.Status != dispatch.SubscriptionPendingVerification || got.VerifiedURL != "" || got.DisabledReason != "verification failed: HTTP 404" {
+		t.Fatalf("a failed handshake: applied %v, %+v, %v", applied, got, err)
 	}
 }
 

@@ -100,6 +100,12 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	}
 	b.waitFor("two subscriptions listed", `document.querySelectorAll('#subscriptions-table tbody tr').length === 2`)
 	silentID := eval[string](b, `[...document.querySelectorAll('#subscriptions-table tbody tr')].map(r => r.dataset.id).find(id => id !== `+quoteJS(subID)+`)`)
+	// Both were created to be verified: the list says whether each url passed.
+	for id, want := range map[string]string{subID: "verified endpoint", silentID: "endpoint not verified"} {
+		if got := eval[string](b, `document.querySelector('tr[data-id="`+id+`"] .sub-main').innerText`); !strings.Contains(got, want) {
+			t.Errorf("subscription %s is listed as %q, want %q in it", id, got, want)
+		}
+	}
 	b.shot("13-subscriptions")
 	// A row's buttons never cover one another: "Edit" is a link, and an
 	// inline link once sat on top of "Delete" when they stacked.

@@ -28,6 +28,13 @@ function handshakeResult(s) {
   return h('div', { class: 'alert alert-warn', id: 'handshake' }, h('strong', {}, `${s.name} is ${s.status}: `), s.disabledReason || 'the handshake did not pass.');
 }
 
+// verification says whether a subscription must pass the handshake on
+// its url to be ACTIVE, and whether its current url has.
+function verification(s) {
+  if (!s.verifyRequired) return null;
+  return s.verifiedUrl === s.url ? 'verified endpoint' : 'endpoint not verified';
+}
+
 function typeList(types) {
   return h('div', { class: 'types' }, types.map((t) => h('code', { class: 'type-pill' }, t)));
 }
@@ -73,7 +80,8 @@ export function subscriptionsPage(main, params) {
   async function act(s, what) {
     try {
       const out = await api.post(`/api/dispatch/subscriptions/${s.id}/${what}`);
-      if (what === 'verify') clear(panel, handshakeResult(out));
+      // An enable of an unverified url runs the handshake: show its outcome.
+      if (what === 'verify' || (what === 'enable' && out.status !== 'ACTIVE')) clear(panel, handshakeResult(out));
       else { clear(panel); toast(`${out.name} is ${out.status}`); }
       load();
     } catch (e) {
@@ -96,7 +104,7 @@ export function subscriptionsPage(main, params) {
       h('button', { class: 'btn btn-sm', dataset: { verify: s.id }, title: 'Run the verification handshake again: ACTIVE if the endpoint echoes the challenge, otherwise PENDING_VERIFICATION (no events) until it does', onclick: () => act(s, 'verify') }, 'Verify'),
       h('a', { class: 'btn btn-sm btn-ghost', href: '#/subscriptions/' + s.id, dataset: { edit: s.id } }, 'Edit'),
       h('button', { class: 'btn btn-sm btn-ghost', dataset: { delete: s.id }, onclick: () => confirmDelete(s, cell) }, 'Delete'));
-    const opts = [s.orderingKey ? `ordered by ${s.orderingKey}` : null, s.rateLimitPerSecond ? `≤ ${s.rateLimitPerSecond}/s` : null,
+    const opts = [verification(s), s.orderingKey ? `ordered by ${s.orderingKey}` : null, s.rateLimitPerSecond ? `≤ ${s.rateLimitPerSecond}/s` : null,
       `${s.maxRetries} tries, ${s.retryStrategy}`].filter(Boolean).join(' · ');
     return h('tr', { dataset: { id: s.id } },
       h('td', { class: 'sub-main' },
@@ -239,7 +247,8 @@ export function subscriptionPage(main, id) {
     const act = async (what) => {
       try {
         const out = await api.post(`/api/dispatch/subscriptions/${encodeURIComponent(id)}/${what}`);
-        flash = what === 'verify' ? handshakeResult(out) : h('div', { class: 'alert alert-ok', id: 'saved' }, `${out.name} is ${out.status}.`);
+        flash = what === 'verify' || (what === 'enable' && out.status !== 'ACTIVE') ? handshakeResult(out)
+          : h('div', { class: 'alert alert-ok', id: 'saved' }, `${out.name} is ${out.status}.`);
         subscriptionPage(main, id);
       } catch (e) {
         clear(status, errorBox(e));
@@ -259,6 +268,7 @@ export function subscriptionPage(main, id) {
       sub && sub.disabledReason ? h('div', { class: 'alert alert-warn', id: 'sub-reason' }, h('strong', {}, 'Reason: '), sub.disabledReason) : null,
       sub ? h('div', { class: 'card' }, h('dl', { class: 'fields' },
         row('Id', h('span', { class: 'mono' }, s.id)), row('Created', fmtTime(s.createdAt)), row('Updated', fmtTime(s.updatedAt)),
+        row('Verification', h('span', { id: 'sub-verification' }, verification(s) || 'not required')),
         row('Deliveries', h('a', { href: '#/jobs?metadata.subscriptionId=' + encodeURIComponent(s.id), id: 'sub-jobs' }, 'Jobs made for this subscription →')))) : null,
       form);
   }
