@@ -31,7 +31,7 @@ FUZZTIME   ?= 30s
 # The short fuzz run at the end of `make test`, per fuzz target.
 TEST_FUZZTIME ?= 5s
 # Packages with fuzz targets (job validation and pointer parsing; signature verification).
-FUZZ_PKGS  ?= . ./api/webhook
+FUZZ_PKGS  ?= . ./webhook
 
 # Exports the devenv variables (DATABASE_URL, AWS_*) into a recipe's shell.
 DEV_ENV := eval "$$($(DEVENV) env)"

@@ -8,7 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 const maxBearerLen = 1024

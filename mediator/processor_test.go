@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/api/webhook"
 	"github.com/dispatchhq/dispatch/mediator"
 	"github.com/dispatchhq/dispatch/store"
 	"github.com/dispatchhq/dispatch/store/storetest"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // procSetup is a Processor over a real store, plus the store to inspect.

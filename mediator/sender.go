@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // maxResponseBody is how much of a response is kept on the attempt.

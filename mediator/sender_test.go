@@ -17,8 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/api/webhook"
 	"github.com/dispatchhq/dispatch/mediator"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // received is one request a target got.

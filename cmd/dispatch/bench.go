@@ -32,8 +32,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
 	"github.com/dispatchhq/dispatch/config"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 const benchUsage = `usage: dispatch bench [flags]

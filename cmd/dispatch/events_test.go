@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 type eventJSON struct {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 type stringList []string

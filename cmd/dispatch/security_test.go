@@ -20,8 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
 	"github.com/dispatchhq/dispatch/router/sqstest"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // credentialsJSON is the API's credentials answer.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 var (

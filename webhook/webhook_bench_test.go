@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // benchPayload is a typical small webhook body.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatchhq/dispatch/api/webhook"
+	"github.com/dispatchhq/dispatch/webhook"
 )
 
 // The sender signs each attempt; during a rotation it passes the previous
