@@ -77,7 +77,13 @@ type JobFilter struct {
 	CreatedAfter  *time.Time
 	CreatedBefore *time.Time
 	Metadata      map[string]string
+	Before        int64 // keyset paging: only jobs with smaller ids (0: none)
 }
+
+// CountLimit is how far a search counts its matches: past it the total is
+// reported as at least CountLimit, not exactly, so that a count never reads
+// millions of rows. Pages past it are read by keyset (Before), not offset.
+const CountLimit = 10_000
 
 // ReplayResult is what a bulk replay (dead-letter redrive) did: the new
 // jobs, and the originals it could not replay, each with its reason.

@@ -117,6 +117,7 @@ type EventFilter struct {
 	Source        string
 	CreatedAfter  *time.Time
 	CreatedBefore *time.Time
+	Before        int64 // keyset paging: only events with smaller ids (0: none)
 }
 
 // SubscriptionFilter selects subscriptions for listing.

@@ -182,6 +182,5 @@ func (s *Server) listCredentials(c *gin.Context) {
 	for i, cr := range creds {
 		items[i] = viewCredentials(cr, s.now())
 	}
-	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
-		"totalPages": (total + size - 1) / size})
+	writePage(c, items, page, size, total, 0, false)
 }

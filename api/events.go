@@ -63,8 +63,7 @@ func (s *Server) listSubscriptions(c *gin.Context) {
 	for i, sub := range subs {
 		items[i] = viewSubscription(sub)
 	}
-	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
-		"totalPages": (total + size - 1) / size})
+	writePage(c, items, page, size, total, 0, false)
 }
 
 // subscriptionAction answers with the subscription act returns for the
@@ -169,8 +168,9 @@ func (s *Server) getEvent(c *gin.Context) {
 func (s *Server) searchEvents(c *gin.Context) {
 	q := c.Request.URL.Query()
 	var p dispatch.Problems
-	page, size := paging(q, &p, "type", "source", "createdAfter", "createdBefore")
-	f := dispatch.EventFilter{Type: q.Get("type"), Source: q.Get("source")}
+	page, size := paging(q, &p, "type", "source", "createdAfter", "createdBefore", "before")
+	checkDepth(&p, page, size)
+	f := dispatch.EventFilter{Type: q.Get("type"), Source: q.Get("source"), Before: cursorParam(q, &p)}
 	for name, dst := range map[string]**time.Time{"createdAfter": &f.CreatedAfter, "createdBefore": &f.CreatedBefore} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
@@ -191,11 +191,11 @@ func (s *Server) searchEvents(c *gin.Context) {
 		return
 	}
 	items := make([]eventView, len(events))
+	var last int64
 	for i, e := range events {
-		items[i] = viewEvent(e)
+		items[i], last = viewEvent(e), e.ID
 	}
-	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
-		"totalPages": (total + size - 1) / size})
+	writePage(c, items, page, size, total, last, true)
 }
 
 // paging reads page and size, and notes unknown or repeated parameters.
@@ -214,8 +214,8 @@ func paging(q url.Values, p *dispatch.Problems, known ...string) (int, int) {
 	page, size := 0, defaultPageSize
 	if v := q.Get("page"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1_000_000 {
-			p.Add("page", "must be a whole number from 0 to 1000000")
+		if err != nil || n < 0 || n > dispatch.CountLimit {
+			p.Add("page", "must be a whole number from 0 to %d", dispatch.CountLimit)
 		} else {
 			page = n
 		}

@@ -101,7 +101,7 @@ func (s *Server) createJobs(c *gin.Context) {
 }
 
 func (s *Server) searchJobs(c *gin.Context) {
-	f, page, size, err := parseSearch(c.Request.URL.Query(), "page", "size")
+	f, page, size, err := parseSearch(c.Request.URL.Query(), "page", "size", "before")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -112,11 +112,11 @@ func (s *Server) searchJobs(c *gin.Context) {
 		return
 	}
 	items := make([]jobView, len(jobs))
+	var last int64
 	for i, j := range jobs {
-		items[i] = viewJob(j)
+		items[i], last = viewJob(j), j.ID
 	}
-	c.JSON(http.StatusOK, gin.H{"items": items, "page": page, "size": size, "totalItems": total,
-		"totalPages": (total + size - 1) / size})
+	writePage(c, items, page, size, total, last, true)
 }
 
 // parseSearch reads the search filters (SPEC §4) and reports every bad one.
@@ -188,6 +188,10 @@ func parseSearch(q url.Values, extra ...string) (dispatch.JobFilter, int, int, e
 	if known["page"] {
 		page = intParam("page", 0, 0, 1_000_000)
 		size = intParam("size", defaultPageSize, 1, maxPageSize)
+		checkDepth(&p, page, size)
+	}
+	if known["before"] {
+		f.Before = cursorParam(q, &p)
 	}
 	if known["limit"] {
 		size = intParam("limit", defaultReplayMax, 1, maxReplay)

@@ -14,7 +14,7 @@ import (
 const (
 	defaultStatsWindow = time.Hour
 	defaultStatsBucket = time.Minute
-	maxStatsWindow     = 24 * time.Hour
+	maxStatsWindow     = 6 * time.Hour
 	minStatsBucket     = 10 * time.Second
 	maxStatsBuckets    = 1440
 )

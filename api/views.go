@@ -2,9 +2,12 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"sort"
 	"time"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -250,4 +253,52 @@ func sortedParams(q url.Values) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// pageView is a list response: one page of items, newest first; the
+// total, exact up to dispatch.CountLimit and "at least" past it; and, for
+// lists read by keyset, the cursor of the next page.
+type pageView[T any] struct {
+	Items      []T    `json:"items"`
+	Page       int    `json:"page"`
+	Size       int    `json:"size"`
+	TotalItems int    `json:"totalItems"`
+	TotalPages int    `json:"totalPages"`
+	TotalExact bool   `json:"totalExact"`
+	NextBefore string `json:"nextBefore,omitempty"`
+}
+
+// writePage answers with one page of items. total above CountLimit means
+// "more than CountLimit"; withCursor adds nextBefore (the last item's id)
+// when the page is full, for the lists that page by keyset.
+func writePage[T any](c *gin.Context, items []T, page, size, total int, lastID int64, withCursor bool) {
+	v := pageView[T]{Items: items, Page: page, Size: size, TotalItems: min(total, dispatch.CountLimit),
+		TotalExact: total <= dispatch.CountLimit}
+	v.TotalPages = (v.TotalItems + size - 1) / size
+	if withCursor && len(items) == size && lastID > 0 {
+		v.NextBefore = dispatch.FormatID(lastID)
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+// checkDepth refuses pages that end past dispatch.CountLimit items: deeper
+// pages are read by keyset (before=nextBefore), which costs the same at
+// any depth, not by an offset that reads every row before the page.
+func checkDepth(p *dispatch.Problems, page, size int) {
+	if (page+1)*size > dispatch.CountLimit {
+		p.Add("page", "pages past the first %d items are read with before=<nextBefore of the page before>, not page", dispatch.CountLimit)
+	}
+}
+
+// cursorParam reads before, a job or event id (0 when absent).
+func cursorParam(q url.Values, p *dispatch.Problems) int64 {
+	v := q.Get("before")
+	if v == "" {
+		return 0
+	}
+	id, ok := dispatch.ParseID(v)
+	if !ok {
+		p.Add("before", "must be an id, as nextBefore gives it")
+	}
+	return id
 }

@@ -51,8 +51,13 @@ const (
 	// DefaultSubscriptionDisableAfter is how long a subscription may fail
 	// every delivery before it is disabled (5 days, as Svix).
 	DefaultSubscriptionDisableAfter = 120 * time.Hour
-	DefaultLogFormat                = "json"
-	DefaultLogLevel                 = "info"
+	// DefaultRetention is how long finished jobs, their attempts and
+	// events are kept (30 days); DefaultPartitionInterval the width of a
+	// time partition of them.
+	DefaultRetention         = 720 * time.Hour
+	DefaultPartitionInterval = 24 * time.Hour
+	DefaultLogFormat         = "json"
+	DefaultLogLevel          = "info"
 	// DefaultMaxFanout is how many ACTIVE subscriptions one event may
 	// match; DefaultMaxFanoutBytes bounds the event's data times that
 	// number (every job holds a copy of the data).
@@ -118,7 +123,12 @@ type Config struct {
 	// SubscriptionDisableAfter disables a subscription whose jobs have all
 	// ended ERROR for this long; 0 turns automatic disabling off.
 	SubscriptionDisableAfter time.Duration
-	AutoMigrate              bool
+	// Retention is how long finished jobs, their attempts and events are
+	// kept before their partition is dropped (0: kept forever);
+	// PartitionInterval the width of a partition.
+	Retention         time.Duration
+	PartitionInterval time.Duration
+	AutoMigrate       bool
 	// PublicURL is the URL operators reach dispatch at ("" when not
 	// given). When it is https, the console's session cookie is Secure
 	// even though a proxy in front terminates TLS.
@@ -171,6 +181,8 @@ func Load(getenv func(string) string) (Config, error) {
 		AutoMigrate:              r.bool("DISPATCH_AUTO_MIGRATE", true),
 		SubscriptionDisableAfter: r.duration("DISPATCH_SUBSCRIPTION_DISABLE_AFTER", DefaultSubscriptionDisableAfter),
 		MaxFanout:                r.int("DISPATCH_MAX_FANOUT", DefaultMaxFanout, 1, 100_000),
+		Retention:                r.duration("DISPATCH_RETENTION", DefaultRetention),
+		PartitionInterval:        r.duration("DISPATCH_PARTITION_INTERVAL", DefaultPartitionInterval),
 		MaxFanoutBytes:           int64(r.int("DISPATCH_MAX_FANOUT_BYTES", DefaultMaxFanoutBytes, 1<<20, 64<<30)),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
@@ -209,6 +221,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > time.Hour {
 		r.fail("DISPATCH_HTTP_IDLE_TIMEOUT", "must be between 1s and 1h")
+	}
+	if c.PartitionInterval < time.Minute || c.PartitionInterval > 31*24*time.Hour {
+		r.fail("DISPATCH_PARTITION_INTERVAL", "must be between 1m and 744h (31 days)")
+	}
+	if c.Retention != 0 && (c.Retention < time.Minute || c.Retention > 100*365*24*time.Hour) {
+		r.fail("DISPATCH_RETENTION", "must be 0 (keep everything) or at least 1m")
 	}
 	if c.RequeueAfter < time.Second {
 		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
@@ -498,6 +516,8 @@ var known = map[string]bool{
 	"DISPATCH_PUBLIC_URL":                 true,
 	"DISPATCH_TRUSTED_PROXIES":            true,
 	"DISPATCH_MAX_FANOUT":                 true,
+	"DISPATCH_RETENTION":                  true,
+	"DISPATCH_PARTITION_INTERVAL":         true,
 	"DISPATCH_MAX_FANOUT_BYTES":           true,
 }
 

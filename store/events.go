@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -276,8 +275,13 @@ func (s *Store) DeleteSubscription(ctx context.Context, id int64) error {
 func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error) {
 	for try := 0; ; try++ {
 		out, created, err := s.publishEventOnce(ctx, e, data)
-		var pgErr *pgconn.PgError
-		if try < 10 && errors.As(err, &pgErr) && (pgErr.ConstraintName == "dispatch_job_pkey" || pgErr.ConstraintName == "dispatch_event_pkey") {
+		if try < 10 && noPartition(err) {
+			if err := s.makeRoom(ctx); err != nil {
+				return out, false, fmt.Errorf("store: publish event: %w", err)
+			}
+			continue
+		}
+		if try < 10 && (keyClash(err, "dispatch_job") || keyClash(err, "dispatch_event")) {
 			// Two processes share a snowflake node id and made the same ids
 			// in the same millisecond: fresh ids, after a moment of jitter so
 			// that the two do not meet again in step.
@@ -300,14 +304,20 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		now := time.Now().UTC()
 		var err error
+		// The key is taken in dispatch_event_key in the same statement: an
+		// event whose key is held already is not inserted.
 		out, err = scanEvent(tx.QueryRow(ctx, `
+			WITH k AS (
+				INSERT INTO dispatch_event_key (idempotency_key, event_id) SELECT $6, $1 WHERE $6::text IS NOT NULL
+				ON CONFLICT DO NOTHING RETURNING event_id
+			)
 			INSERT INTO dispatch_event (id, source, type, data, metadata, idempotency_key, created_at)
-			VALUES ($1,$2,$3,$4,$5,$6,$7)
-			ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			SELECT $1,$2,$3,$4,$5,$6,$7 WHERE $6::text IS NULL OR EXISTS (SELECT 1 FROM k)
 			RETURNING `+eventColumns,
 			s.NewID(), e.Source, e.Type, e.Data, metadata, nullStr(e.IdempotencyKey), now))
 		if errors.Is(err, pgx.ErrNoRows) {
-			out, err = scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM dispatch_event WHERE idempotency_key = $1`, e.IdempotencyKey))
+			out, err = scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM dispatch_event
+				WHERE id = (SELECT event_id FROM dispatch_event_key WHERE idempotency_key = $1)`, e.IdempotencyKey))
 			if err != nil {
 				return err
 			}
@@ -473,11 +483,9 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 	if f.Source != "" {
 		add("source = ?", f.Source)
 	}
-	if f.CreatedAfter != nil {
-		add("created_at >= ?", *f.CreatedAfter)
-	}
-	if f.CreatedBefore != nil {
-		add("created_at < ?", *f.CreatedBefore)
+	timeRange(add, f.CreatedAfter, f.CreatedBefore)
+	if f.Before > 0 {
+		add("id < ?", f.Before)
 	}
 	where := ""
 	if len(conds) > 0 {

@@ -238,6 +238,11 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 			return err
 		})
 		hand(err == nil)
+		if noPartition(err) {
+			if err = s.makeRoom(ctx); err == nil {
+				continue
+			}
+		}
 		if !idClash(err) {
 			break
 		}
@@ -303,15 +308,26 @@ func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job,
 			// transaction, which the error has ended, the caller retries.
 			continue
 		}
+		if try < 3 && !inTx && noPartition(err) {
+			if err := s.makeRoom(ctx); err != nil {
+				return nil, nil, fmt.Errorf("store: insert jobs: %w", err)
+			}
+			continue
+		}
 		return out, created, err
 	}
 }
 
 // idClash reports whether err is an insert's clash on a job id: another
 // process generated the same id (they share a snowflake node id).
-func idClash(err error) bool {
+func idClash(err error) bool { return keyClash(err, "dispatch_job") }
+
+// keyClash reports whether err is a clash on the primary key of table (or
+// of one of its partitions, whose key constraints are named after them).
+func keyClash(err error, table string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey"
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		strings.HasPrefix(pgErr.ConstraintName, table+"_") && strings.HasSuffix(pgErr.ConstraintName, "_pkey")
 }
 
 func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
@@ -357,7 +373,23 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			return nil, nil, fmt.Errorf("store: insert jobs: metadata: %w", err)
 		}
 	}
+	// An idempotency key is taken in dispatch_job_key, in the same
+	// statement: a job whose key is held already is not inserted.
 	rows, err := q.Query(ctx, `
+		WITH i AS (
+			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+				$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
+				$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
+				$22::bigint[])
+			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
+				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
+				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
+		), k AS (
+			INSERT INTO dispatch_job_key (idempotency_key, job_id)
+			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
+			ON CONFLICT DO NOTHING
+			RETURNING job_id
+		)
 		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
 			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
@@ -368,14 +400,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			replay_of, next_attempt_at, event_id, subscription_id,
 			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
 			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END
-		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
-			$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
-			$22::bigint[])
-			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
-				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
-				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
-		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
 		RETURNING id, queued_at, seq`,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
@@ -400,9 +425,8 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		return nil
 	})
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.ConstraintName == "dispatch_job_pkey" {
-			return nil, nil, err // insertJobs retries with new ids
+		if idClash(err) || noPartition(err) {
+			return nil, nil, err // insertJobs retries
 		}
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}
@@ -446,7 +470,8 @@ func (s *Store) jobsByKey(ctx context.Context, q querier, keys []string) ([]disp
 			return nil, err
 		}
 	}
-	rows, err := q.Query(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE idempotency_key = ANY($1)`, keys)
+	rows, err := q.Query(ctx, `SELECT `+qualified("j", jobColumns)+`
+		FROM dispatch_job_key k JOIN dispatch_job j ON j.id = k.job_id WHERE k.idempotency_key = ANY($1)`, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -499,11 +524,9 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 	if f.GroupID != "" {
 		add("group_id = ?", f.GroupID)
 	}
-	if f.CreatedAfter != nil {
-		add("created_at >= ?", *f.CreatedAfter)
-	}
-	if f.CreatedBefore != nil {
-		add("created_at < ?", *f.CreatedBefore)
+	timeRange(add, f.CreatedAfter, f.CreatedBefore)
+	if f.Before > 0 {
+		add("id < ?", f.Before)
 	}
 	if len(f.Metadata) > 0 {
 		add("metadata @> ?", f.Metadata)

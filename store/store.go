@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,10 @@ type Options struct {
 	// confirmed; past it the sweep sends it again (the marking process died
 	// between the mark and the send). 0 means DefaultSendLease.
 	SendLease time.Duration
+	// PartitionInterval is the width of the time partitions the store
+	// creates when an insert finds none (0: DefaultPartitionInterval); the
+	// service's upkeep (MaintainHistory) creates them ahead of time.
+	PartitionInterval time.Duration
 	// NewID, when set, replaces the snowflake node as the source of ids
 	// (tests give two stores skewed clocks with it).
 	NewID func() int64
@@ -92,7 +97,8 @@ type Store struct {
 
 	idMu sync.Mutex // pairs a create statement's time with its ids
 
-	sendLease time.Duration
+	sendLease         time.Duration
+	partitionInterval time.Duration
 
 	maxFanout      int   // ACTIVE subscriptions one event may match
 	maxFanoutBytes int64 // the event's data times its matches
@@ -136,7 +142,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// only as many as there are credentials.
 	s := &Store{pool: pool, newID: func() int64 { return node.Generate().Int64() }, sealer: opts.Sealer,
 		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease),
-		maxFanout: cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
+		partitionInterval: cmp.Or(opts.PartitionInterval, DefaultPartitionInterval),
+		maxFanout:         cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
 	if opts.NewID != nil {
 		s.newID = opts.NewID
 	}
@@ -158,7 +165,13 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
 	}
-	if set := deliveryPlans(cfg.ConnConfig); set != "" {
+	set := deliveryPlans(cfg.ConnConfig)
+	if _, named := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !named {
+		// No statement of the service runs for long; one that does (a lock
+		// wait, a plan gone wrong) fails instead of holding a connection.
+		set = strings.TrimPrefix(set+"; SET statement_timeout = "+strconv.Itoa(int(StatementTimeout.Milliseconds())), "; ")
+	}
+	if set != "" {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, set)
 			return err
@@ -170,6 +183,10 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 	}
 	return pool, nil
 }
+
+// StatementTimeout bounds every statement on the service's connections
+// unless DATABASE_URL sets statement_timeout.
+const StatementTimeout = 30 * time.Second
 
 // deliveryPlans returns the SET statements that make a connection plan each
 // statement once, for the delivery path:
@@ -220,8 +237,13 @@ func deliveryPlans(cfg *pgx.ConnConfig) string {
 }
 
 // browseSettings plan a transaction's statements as PostgreSQL does by
-// default, and each for its arguments (see deliveryPlans and browse).
-const browseSettings = `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`
+// default, and each for its arguments (see deliveryPlans and browse), and
+// bound each statement to ReadTimeout.
+const browseSettings = `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL statement_timeout = 5000`
+
+// ReadTimeout bounds each statement of the console's searches, counts and
+// statistics: past it the read fails with a clear error, not a hung page.
+const ReadTimeout = 5 * time.Second
 
 // browse runs fn in a read-only transaction planned for what it asks:
 // sequential scans allowed, each statement planned for its arguments. The
@@ -230,16 +252,39 @@ const browseSettings = `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode
 // count agree.
 func (s *Store) browse(ctx context.Context, fn func(pgx.Tx) error) error {
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	return pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, browseSettings); err != nil {
 			return err
 		}
 		return fn(tx)
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "57014" { // query_canceled: the statement timeout
+		return dispatch.Errorf(dispatch.EUnavailable,
+			"the read took longer than %s; narrow it (a status, a source or type, createdAfter) and try again", ReadTimeout)
+	}
+	return err
+}
+
+// timeRange adds a creation-time filter as an id range too: ids are
+// time-sorted, so the range reads only the partitions and index entries of
+// those times. The id bounds are a minute wider than the times, for ids
+// and created_at taken a moment apart.
+func timeRange(add func(cond string, arg any), after, before *time.Time) {
+	if after != nil {
+		add("id >= ?", IDAt(after.Add(-time.Minute)))
+		add("created_at >= ?", *after)
+	}
+	if before != nil {
+		add("id < ?", IDAt(before.Add(time.Minute)))
+		add("created_at < ?", *before)
+	}
 }
 
 // newestPage reads one page of table's rows matching where (with args),
-// newest first, and how many match in all, from one snapshot (browse).
+// newest first, and how many match, counted up to dispatch.CountLimit (a
+// total above it means "more than CountLimit"), from one snapshot
+// (browse).
 func newestPage[T any](ctx context.Context, s *Store, table, columns, where string, args []any, page, size int,
 	scan func(pgx.CollectableRow) (T, error)) ([]T, int, error) {
 	var (
@@ -248,7 +293,8 @@ func newestPage[T any](ctx context.Context, s *Store, table, columns, where stri
 	)
 	paged := append(slices.Clip(args), size, page*size)
 	err := s.browse(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+table+where, args...).Scan(&total); err != nil {
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s%s LIMIT %d) c`,
+			table, where, dispatch.CountLimit+1), args...).Scan(&total); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM `+table+where+

@@ -191,7 +191,7 @@ func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error
 		return nil, nil, err
 	}
 	st, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer,
-		MaxFanout: a.cfg.MaxFanout, MaxFanoutBytes: a.cfg.MaxFanoutBytes})
+		MaxFanout: a.cfg.MaxFanout, MaxFanoutBytes: a.cfg.MaxFanoutBytes, PartitionInterval: a.cfg.PartitionInterval})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -282,6 +282,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if err := st.CheckKey(ctx); err != nil {
 			return err
 		}
+		// The partitions of now and ahead exist before the first create.
+		if _, err := st.MaintainHistory(ctx, time.Now(), a.history()); err != nil {
+			return err
+		}
 	}
 	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
 		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout})
@@ -344,6 +348,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
+		g.Go(func() error { return st.RunHistory(gctx, a.history(), a.log) })
 	}
 	if withRouter {
 		mediationTimeout := a.cfg.DeliveryTimeout + 30*time.Second
@@ -460,4 +465,9 @@ func openBreakers(b *mediator.Breakers) func() []api.OpenBreaker {
 		}
 		return out
 	}
+}
+
+// history is the partition upkeep's configuration.
+func (a *app) history() store.History {
+	return store.History{Interval: a.cfg.PartitionInterval, Retention: a.cfg.Retention}
 }

@@ -1,0 +1,457 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/snowflake"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Jobs, attempts and events are range-partitioned by time-sorted id (an id
+// range is a time range; attempts by their job's id). dispatch creates the
+// partitions ahead of time and, past DISPATCH_RETENTION, drops them whole:
+// no DELETE of millions of rows, no vacuum debt. dispatch_partition lists
+// them. See docs/decisions/history-partitions.md.
+
+// DefaultPartitionInterval is the width of a partition when none is set.
+const DefaultPartitionInterval = 24 * time.Hour
+
+// MinPartitionInterval is the narrowest partition (for tests).
+const MinPartitionInterval = time.Minute
+
+// partitioned are the partitioned tables, each with how its rows name the
+// id that places them.
+var partitioned = []string{"dispatch_job", "dispatch_attempt", "dispatch_event"}
+
+// historyLock is the advisory lock key under which one replica at a time
+// creates and drops partitions.
+const historyLock = 0x64697370_68697374 // "disphist"
+
+// IDAt is the smallest TSID of time t.
+func IDAt(t time.Time) int64 { return (t.UnixMilli() - snowflake.Epoch) << 22 }
+
+// TimeOfID is the time a TSID was made at (to the millisecond).
+func TimeOfID(id int64) time.Time { return time.UnixMilli(id>>22 + snowflake.Epoch).UTC() }
+
+// ahead is how far past now partitions exist: two intervals, and at least
+// ten minutes, so that upkeep that fails for a while leaves creates room.
+func ahead(interval time.Duration) time.Duration { return max(2*interval, 10*time.Minute) }
+
+// partitionStart aligns t down to a multiple of interval since the Unix
+// epoch (UTC): daily partitions start at midnight UTC.
+func partitionStart(t time.Time, interval time.Duration) time.Time {
+	return time.UnixMilli(t.UnixMilli() - t.UnixMilli()%interval.Milliseconds()).UTC()
+}
+
+// HistoryReport is what one upkeep pass did.
+type HistoryReport struct {
+	Created int      // partitions created
+	Dropped int      // partitions dropped
+	Held    []string // partitions past retention kept for their live jobs
+	Skipped bool     // another replica held the upkeep lock
+}
+
+// History configures partition upkeep.
+type History struct {
+	Interval  time.Duration // partition width
+	Retention time.Duration // 0: keep everything
+}
+
+// MaintainHistory creates the partitions due by now plus ahead and drops
+// those past retention, on one replica at a time (the others skip). A
+// partition past retention that still holds a live job (PENDING, FAILED,
+// IN_PROGRESS: retrying, or scheduled far ahead) is kept until none is left;
+// its jobs keep their ids and their place in it.
+func (s *Store) MaintainHistory(ctx context.Context, now time.Time, h History) (HistoryReport, error) {
+	var rep HistoryReport
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("store: history: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(historyLock)).Scan(&locked); err != nil {
+		return rep, fmt.Errorf("store: history: lock: %w", err)
+	}
+	if !locked {
+		rep.Skipped = true
+		return rep, nil
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(historyLock))
+	}()
+	rep.Created, err = ensurePartitions(ctx, conn.Conn(), now, h.Interval)
+	if err == nil && h.Retention > 0 {
+		rep.Dropped, rep.Held, err = dropExpired(ctx, conn.Conn(), now.Add(-h.Retention))
+	}
+	next := now.Add(UpkeepEvery(h.Interval))
+	var msg *string
+	if err != nil {
+		m := err.Error()
+		msg = &m
+	}
+	if _, rerr := conn.Exec(context.WithoutCancel(ctx), `
+		INSERT INTO dispatch_history_run (id, ran_at, next_at, dropped, held, error) VALUES (1, $1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO UPDATE SET ran_at = $1, next_at = $2, dropped = $3, held = $4, error = $5`,
+		now, next, rep.Dropped, len(rep.Held), msg); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return rep, fmt.Errorf("store: history: %w", err)
+	}
+	return rep, nil
+}
+
+// UpkeepEvery is how often partition upkeep runs for interval: often
+// enough that partitions are always there ahead, at most every ten minutes.
+func UpkeepEvery(interval time.Duration) time.Duration {
+	return min(max(interval/4, 10*time.Second), 10*time.Minute)
+}
+
+// ensurePartitions creates, for each partitioned table, the partitions
+// from the end of its last one to now+ahead. Each is created empty and
+// then attached, which locks the parent only against other schema changes:
+// creates and deliveries go on.
+func ensurePartitions(ctx context.Context, conn *pgx.Conn, now time.Time, interval time.Duration) (int, error) {
+	if interval < MinPartitionInterval {
+		return 0, fmt.Errorf("partition interval %s is below %s", interval, MinPartitionInterval)
+	}
+	until := IDAt(now.Add(ahead(interval)))
+	created := 0
+	for _, parent := range partitioned {
+		var hi int64
+		if err := conn.QueryRow(ctx, `SELECT COALESCE(max(hi), 0) FROM dispatch_partition WHERE parent = $1`, parent).Scan(&hi); err != nil {
+			return created, err
+		}
+		for hi < until {
+			from := TimeOfID(hi)
+			to := partitionStart(from, interval).Add(interval)
+			if cur := partitionStart(now, interval); to.Before(cur) {
+				// The upkeep has not run for a while (the service was
+				// stopped): one partition covers the gap up to now's.
+				to = cur.Add(interval)
+			}
+			lo, next := hi, IDAt(to)
+			name := fmt.Sprintf("%s_p%s", parent, from.Format("20060102t150405"))
+			if err := createPartition(ctx, conn, parent, name, lo, next, from, to); err != nil {
+				return created, fmt.Errorf("create partition %s: %w", name, err)
+			}
+			created++
+			hi = next
+		}
+	}
+	return created, nil
+}
+
+func createPartition(ctx context.Context, conn *pgx.Conn, parent, name string, lo, hi int64, from, to time.Time) error {
+	// Payloads move out of a job's row (TOAST): the two updates of a
+	// delivery then copy a few hundred bytes, not the payload.
+	with := ""
+	if parent == "dispatch_job" {
+		with = " WITH (toast_tuple_target = 128)"
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		ident := pgx.Identifier{name}.Sanitize()
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '10s';
+			CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)%s;
+			ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`,
+			ident, parent, with, parent, ident, lo, hi)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO dispatch_partition (name, parent, lo, hi, from_time, to_time) VALUES ($1,$2,$3,$4,$5,$6)`,
+			name, parent, lo, hi, from, to)
+		return err
+	})
+}
+
+// dropExpired drops the job partitions (with their attempts) that end
+// before cutoff and hold no live job, the idempotency keys of their jobs,
+// and then the event partitions no kept job can be younger than.
+func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []string, error) {
+	if err := finishPendingDetaches(ctx, conn); err != nil {
+		return 0, nil, err
+	}
+	type part struct {
+		name   string
+		lo, hi *int64
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT name, lo, hi FROM dispatch_partition
+		WHERE parent = 'dispatch_job' AND to_time <= $1 ORDER BY hi`, cutoff)
+	if err != nil {
+		return 0, nil, err
+	}
+	jobParts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (part, error) {
+		var p part
+		return p, r.Scan(&p.name, &p.lo, &p.hi)
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	dropped := 0
+	var held []string
+	for _, p := range jobParts {
+		var live bool
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED'))`,
+			pgx.Identifier{p.name}.Sanitize())).Scan(&live); err != nil {
+			return dropped, held, err
+		}
+		if live {
+			held = append(held, p.name)
+			continue
+		}
+		lo := int64(-1 << 63)
+		if p.lo != nil {
+			lo = *p.lo
+		}
+		// The keys go first: a create that reuses one meanwhile makes a new
+		// job, as it would a moment later.
+		if err := deleteInChunks(ctx, conn, `DELETE FROM dispatch_job_key WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM dispatch_job_key WHERE job_id >= $1 AND job_id < $2 LIMIT 5000))`, lo, *p.hi); err != nil {
+			return dropped, held, err
+		}
+		var attemptPart string
+		err := conn.QueryRow(ctx, `SELECT name FROM dispatch_partition WHERE parent = 'dispatch_attempt' AND hi = $1`, *p.hi).Scan(&attemptPart)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return dropped, held, err
+		}
+		if attemptPart != "" {
+			if err := dropPartition(ctx, conn, "dispatch_attempt", attemptPart); err != nil {
+				return dropped, held, err
+			}
+			dropped++
+		}
+		if err := dropPartition(ctx, conn, "dispatch_job", p.name); err != nil {
+			return dropped, held, err
+		}
+		dropped++
+	}
+	// Events: a partition goes once its time is past retention and no job
+	// partition that begins before its end is kept (an event's jobs are
+	// younger than the event, so they have gone too).
+	rows, err = conn.Query(ctx, `
+		SELECT e.name, e.lo, e.hi FROM dispatch_partition e
+		WHERE e.parent = 'dispatch_event' AND e.to_time <= $1
+			AND NOT EXISTS (SELECT 1 FROM dispatch_partition j WHERE j.parent = 'dispatch_job'
+				AND (j.lo IS NULL OR j.lo < e.hi))
+		ORDER BY e.hi`, cutoff)
+	if err != nil {
+		return dropped, held, err
+	}
+	eventParts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (part, error) {
+		var p part
+		return p, r.Scan(&p.name, &p.lo, &p.hi)
+	})
+	if err != nil {
+		return dropped, held, err
+	}
+	for _, p := range eventParts {
+		lo := int64(-1 << 63)
+		if p.lo != nil {
+			lo = *p.lo
+		}
+		if err := deleteInChunks(ctx, conn, `DELETE FROM dispatch_event_key WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM dispatch_event_key WHERE event_id >= $1 AND event_id < $2 LIMIT 5000))`, lo, *p.hi); err != nil {
+			return dropped, held, err
+		}
+		if err := dropPartition(ctx, conn, "dispatch_event", p.name); err != nil {
+			return dropped, held, err
+		}
+		dropped++
+	}
+	return dropped, held, nil
+}
+
+// deleteInChunks runs a chunked DELETE until it deletes nothing.
+func deleteInChunks(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+	for {
+		tag, err := conn.Exec(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+	}
+}
+
+// dropPartition detaches a partition without blocking reads or writes of
+// its parent (DETACH … CONCURRENTLY waits for the transactions that may
+// see it instead), then drops it, and forgets it.
+func dropPartition(ctx context.Context, conn *pgx.Conn, parent, name string) error {
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, parent, ident)); err != nil {
+		var pgErr *pgconn.PgError
+		// Already detached (a pass that stopped between detach and drop).
+		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" && pgErr.Code != "42809" {
+			return fmt.Errorf("detach %s: %w", name, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, ident)); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	_, err := conn.Exec(ctx, `DELETE FROM dispatch_partition WHERE name = $1`, name)
+	return err
+}
+
+// finishPendingDetaches completes a DETACH … CONCURRENTLY that was
+// interrupted (the process died during it): the partition is then neither
+// attached nor free to drop until it is finalized.
+func finishPendingDetaches(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `
+		SELECT p.relname, c.relname FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE i.inhdetachpending`)
+	if err != nil {
+		return err
+	}
+	type pending struct{ parent, child string }
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
+		var p pending
+		return p, r.Scan(&p.parent, &p.child)
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range list {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`,
+			pgx.Identifier{p.parent}.Sanitize(), pgx.Identifier{p.child}.Sanitize())); err != nil {
+			return fmt.Errorf("finalize detach of %s: %w", p.child, err)
+		}
+	}
+	return nil
+}
+
+// noPartition reports whether err is an insert's "no partition of relation
+// … found for row": the upkeep has not created the partition yet (a new
+// database, or upkeep that has failed for longer than it creates ahead).
+func noPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == "" &&
+		strings.HasPrefix(pgErr.Message, "no partition of relation")
+}
+
+// makeRoom creates the partitions due now at the store's width, for an
+// insert that found none.
+func (s *Store) makeRoom(ctx context.Context) error {
+	for range 50 {
+		rep, err := s.MaintainHistory(ctx, time.Now(), History{Interval: s.partitionInterval})
+		if err != nil || !rep.Skipped {
+			return err
+		}
+		// Another replica is at it: wait for it to finish.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("store: partition upkeep is held by another replica")
+}
+
+// RunHistory keeps the partitions until ctx ends: MaintainHistory every
+// UpkeepEvery(h.Interval). Every replica runs it; one at a time does the
+// work.
+func (s *Store) RunHistory(ctx context.Context, h History, log *slog.Logger) error {
+	log = log.With("component", "history")
+	tick := time.NewTicker(UpkeepEvery(h.Interval))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		rep, err := s.MaintainHistory(ctx, time.Now(), h)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			log.Error("partition upkeep failed; creates fail once the partitions made ahead run out", "err", err)
+		case rep.Created+rep.Dropped > 0 || len(rep.Held) > 0:
+			log.Info("partition upkeep", "created", rep.Created, "dropped", rep.Dropped,
+				"held_for_live_jobs", rep.Held, "retention", h.Retention.String())
+		}
+	}
+}
+
+// Storage is what the history takes in the database, for operators.
+type Storage struct {
+	DatabaseBytes  int64
+	Tables         []TableStorage
+	OldestJobAt    *time.Time // the oldest job kept (nil: none)
+	Partitions     int        // job partitions kept
+	LastUpkeep     *time.Time // when partition upkeep last ran (any replica)
+	NextUpkeep     *time.Time
+	LastDropped    int    // partitions the last upkeep dropped
+	HeldPartitions int    // partitions past retention kept for live jobs
+	LastError      string // the last upkeep's error, if it failed
+}
+
+// TableStorage is one table's rows (PostgreSQL's estimate, summed over
+// its partitions) and bytes (tables, indexes and TOAST).
+type TableStorage struct {
+	Name  string
+	Rows  int64
+	Bytes int64
+}
+
+// Storage reads what the history takes: cheap catalog reads and one
+// index probe per partition, safe to call on every scrape.
+func (s *Store) Storage(ctx context.Context) (Storage, error) {
+	var st Storage
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&st.DatabaseBytes); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT t.name, COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint,
+				COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
+			FROM unnest($1::text[]) AS t(name)
+			LEFT JOIN pg_class c ON c.oid = t.name::regclass
+				OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = t.name::regclass)
+			GROUP BY t.name ORDER BY t.name`,
+			[]string{"dispatch_job", "dispatch_attempt", "dispatch_event", "dispatch_job_key", "dispatch_event_key", "dispatch_subscription", "dispatch_credentials"})
+		if err != nil {
+			return err
+		}
+		st.Tables, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableStorage, error) {
+			var t TableStorage
+			return t, r.Scan(&t.Name, &t.Rows, &t.Bytes)
+		})
+		if err != nil {
+			return err
+		}
+		var oldest *int64
+		if err := tx.QueryRow(ctx, `SELECT min(id) FROM dispatch_job`).Scan(&oldest); err != nil {
+			return err
+		}
+		if oldest != nil {
+			t := TimeOfID(*oldest)
+			st.OldestJobAt = &t
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_partition WHERE parent = 'dispatch_job'`).Scan(&st.Partitions); err != nil {
+			return err
+		}
+		var errText *string
+		err = tx.QueryRow(ctx, `SELECT ran_at, next_at, dropped, held, error FROM dispatch_history_run WHERE id = 1`).
+			Scan(&st.LastUpkeep, &st.NextUpkeep, &st.LastDropped, &st.HeldPartitions, &errText)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if errText != nil {
+			st.LastError = *errText
+		}
+		return err
+	})
+	if err != nil {
+		return st, fmt.Errorf("store: storage: %w", err)
+	}
+	return st, nil
+}
