@@ -9,6 +9,7 @@ SQS_PORT ?= 9324
 export PGPORT SQS_PORT
 
 BIN    := bin/dispatch
+BENCH  := bin/dispatch-bench
 DEVENV := localstack/devenv.sh
 
 # Settings for `make run` / `make bench`; each can be overridden from the
@@ -19,7 +20,7 @@ DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
 
 # make bench: BENCH_ARGS goes to both runs (-split, -clients 16, -concurrency 100,
-# -batch 50; see `./bin/dispatch bench -h`).
+# -batch 50; see `./bin/dispatch-bench -h`).
 BENCH_JOBS     ?= 5000
 BENCH_RATE     ?= 200
 BENCH_DURATION ?= 10s
@@ -48,8 +49,9 @@ help: ## List targets
 	@grep -hE '^[a-zA-Z0-9_/.-]+:.*?## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-build: ## Build bin/dispatch
+build: ## Build bin/dispatch and bin/dispatch-bench
 	go build -o $(BIN) ./cmd/dispatch
+	go build -o $(BENCH) ./cmd/dispatch-bench
 
 up: ## Start PostgreSQL (if none answers) and the SQS stand-in (cmd/sqsfake)
 	$(DEVENV) up
@@ -97,11 +99,11 @@ lint: ## gofmt must report nothing; go vet
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-bench: up build ## dispatch bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION; then the Go benchmarks
+bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION; then the Go benchmarks
 	@echo "== throughput: $(BENCH_JOBS) jobs"
-	$(DEV_ENV); $(RUN_ENV) ./$(BIN) bench -jobs $(BENCH_JOBS) $(BENCH_ARGS)
+	$(DEV_ENV); $(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) -jobs $(BENCH_JOBS) $(BENCH_ARGS)
 	@echo "== fixed rate: $(BENCH_RATE) jobs/s for $(BENCH_DURATION)"
-	$(DEV_ENV); $(RUN_ENV) ./$(BIN) bench -rate $(BENCH_RATE) -duration $(BENCH_DURATION) $(BENCH_ARGS)
+	$(DEV_ENV); $(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) -rate $(BENCH_RATE) -duration $(BENCH_DURATION) $(BENCH_ARGS)
 	@echo "== Go benchmarks"
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
 

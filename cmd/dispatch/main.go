@@ -1,6 +1,6 @@
 // Command dispatch runs the dispatch webhook delivery service: the API, the
-// message router, both at once, migrations, a local webhook receiver, and a
-// pipeline benchmark. See `dispatch help`.
+// message router, both at once, migrations, and a local webhook receiver.
+// See `dispatch help`. The pipeline benchmark is cmd/dispatch-bench.
 package main
 
 import (

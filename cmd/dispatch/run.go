@@ -41,7 +41,6 @@ commands:
   rekey     re-encrypt credential secrets under DISPATCH_ENCRYPTION_KEY
             (the old key in DISPATCH_ENCRYPTION_KEY_PREVIOUS)
   listen    local webhook receiver that verifies signatures
-  bench     push jobs through the whole pipeline and report throughput
   version   print the version
 
 Configuration comes from the environment (see README.md); every setting is
@@ -65,8 +64,6 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		return nil
 	case "listen":
 		return runListen(ctx, args, stdout, stderr)
-	case "bench":
-		return runBench(ctx, args, environ, stdout, stderr)
 	case "api", "router", "all", "migrate", "rekey":
 	default:
 		fmt.Fprintln(stderr, usage)
@@ -256,11 +253,11 @@ func (a *app) rekey(ctx context.Context) error {
 // need the processing endpoint), then the API.
 func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	if a.cfg.CPUProfile != "" {
-		p, err := startProfiles(a.cfg.CPUProfile, "", "")
+		stop, err := startCPUProfile(a.cfg.CPUProfile)
 		if err != nil {
 			return fmt.Errorf("DISPATCH_CPU_PROFILE: %w", err)
 		}
-		defer p.stop() //nolint:errcheck // the profile is all there is to lose
+		defer stop() //nolint:errcheck // the profile is all there is to lose
 		a.log.Info("writing a CPU profile until the process stops", "file", a.cfg.CPUProfile)
 	}
 	var st *store.Store

@@ -463,6 +463,32 @@ func segmentsSent(a, b map[uint64]uint32) int64 {
 	return n
 }
 
+// ---------------------------------------------------------------- memory
+
+// procStatus returns a field of /proc/self/status ("" when unavailable).
+func procStatus(field string) string {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// peakRSS is the process's peak resident set (VmHWM) in bytes, 0 if unknown.
+func peakRSS() int64 {
+	kb, _, _ := strings.Cut(procStatus("VmHWM"), " ")
+	n, err := strconv.ParseInt(kb, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n << 10
+}
+
 // ---------------------------------------------------------------- profiles
 
 // benchProfiles writes the pprof profiles asked for of this process: CPU

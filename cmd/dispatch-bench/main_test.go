@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,15 +53,55 @@ func TestBenchFlags(t *testing.T) {
 	}
 }
 
-// TestBenchRuns runs the built `dispatch bench` as a user would, in both
-// modes: every job arrives signed, and the report has the figures that
-// issue 8 reads (CPU per process, PostgreSQL per delivery, memory), the
-// children's among them with -split.
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// binaries builds dispatch-bench and dispatch side by side, once, and
+// returns the first: as `make build` leaves them in bin/.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "dispatch-bench-bin-"); buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{".", "../dispatch"} {
+			name := "dispatch"
+			if pkg == "." {
+				name = "dispatch-bench"
+			}
+			out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "dispatch-bench")
+}
+
+// TestBenchRuns runs the built dispatch-bench as a user would, in both
+// modes: every job arrives signed, and the report has its figures (CPU per
+// process, PostgreSQL per delivery, memory), each child's among them.
 func TestBenchRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline twice")
 	}
-	bin := dispatchBinary(t)
+	bin := binaries(t)
 	sqstest.SetEnv()
 	env := append(os.Environ(), "AWS_ENDPOINT_URL_SQS="+sqstest.Endpoint(), "DATABASE_URL="+storetest.AdminURL())
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
@@ -70,14 +112,16 @@ func TestBenchRuns(t *testing.T) {
 		want []string // regular expressions, each must match a line
 	}{
 		{
-			name: "throughput in process",
+			name: "throughput, dispatch all",
 			args: []string{"-jobs", "200", "-clients", "4", "-cpuprofile", profile},
 			want: []string{
-				`^dispatch bench +throughput: 200 jobs, 4 clients, .*dispatch all in this process`,
+				`^dispatch-bench +throughput: 200 jobs, 4 clients, .*dispatch all as a child process`,
 				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
 				`^latency p99 +[0-9.]+ ms`,
 				`^CPU per delivery +[0-9.]+ ms +\(whole box`,
 				`^  this process +[0-9.]+ ms`,
+				`^  dispatch all +[0-9.]+ ms +\(child process`,
+				`^  dispatch all +[0-9.]+ MiB`,
 				`^  PostgreSQL +[0-9.]+ ms`,
 				`^context switches +[0-9.]+ +\(per delivery, whole box`,
 				`^PG round trips +[0-9.]+ +\(per delivery`,
@@ -89,7 +133,7 @@ func TestBenchRuns(t *testing.T) {
 			name: "fixed rate split",
 			args: []string{"-rate", "100", "-duration", "2s", "-split", "-cpuprofile", splitProfile},
 			want: []string{
-				`^dispatch bench +fixed rate: 100 jobs/s for 2s \(200 jobs, open loop\).*child processes`,
+				`^dispatch-bench +fixed rate: 100 jobs/s for 2s \(200 jobs, open loop\).*child processes`,
 				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
 				`^latency p50 +[0-9.]+ ms +\(create scheduled → first delivery\)`,
 				`^  dispatch api +[0-9.]+ ms`,
@@ -101,12 +145,12 @@ func TestBenchRuns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, append([]string{"bench"}, tc.args...)...)
+			cmd := exec.CommandContext(ctx, bin, tc.args...)
 			cmd.Env = env
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {
-				t.Fatalf("dispatch bench %q: %v\n%s\n%s", tc.args, err, stdout.String(), stderr.String())
+				t.Fatalf("dispatch-bench %q: %v\n%s\n%s", tc.args, err, stdout.String(), stderr.String())
 			}
 			for _, want := range tc.want {
 				if !regexp.MustCompile("(?m)" + want).MatchString(stdout.String()) {
@@ -115,7 +159,7 @@ func TestBenchRuns(t *testing.T) {
 			}
 		})
 	}
-	for _, p := range []string{profile, splitProfile, splitProfile + ".api", splitProfile + ".router"} {
+	for _, p := range []string{profile, profile + ".all", splitProfile, splitProfile + ".api", splitProfile + ".router"} {
 		data, err := os.ReadFile(p)
 		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
 			t.Errorf("-cpuprofile wrote %d bytes to %s (%v), want a gzipped pprof profile", len(data), filepath.Base(p), err)

@@ -1,0 +1,316 @@
+// Command dispatch-bench pushes jobs through the whole dispatch pipeline
+// (API → PostgreSQL → SQS → router → processing endpoint → a signed webhook)
+// and reports throughput, latency, CPU per delivery, PostgreSQL's work per
+// delivery and memory. It runs the service from the dispatch binary, in a
+// throwaway database and queue on this machine. See `dispatch-bench -h`.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dispatchhq/dispatch/config"
+	"github.com/dispatchhq/dispatch/webhook"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const benchUsage = `usage: dispatch-bench [flags]
+
+Pushes jobs through the whole pipeline (API → PostgreSQL → SQS → router →
+processing endpoint → signed webhook) to a local receiver and reports
+throughput, create→delivery latency, CPU per delivery (the whole box and each
+process), PostgreSQL's work per delivery and memory.
+
+Two modes:
+  throughput   -jobs N from -clients N clients, each sending its next create
+               as soon as the last one is answered (the default)
+  fixed rate   -rate R -duration D: R jobs a second on a fixed schedule,
+               whether or not earlier creates were answered (open loop), and
+               latency counted from each job's scheduled time, so a stall
+               shows up in the percentiles instead of slowing the load
+
+The service runs from the dispatch binary (-dispatch; by default the one
+beside this binary, else on PATH): dispatch all as one child process, or
+with -split dispatch api and dispatch router as two (the router mediating
+over HTTP). It uses DATABASE_URL's server but a fresh database
+dispatch_bench_<random>, and a fresh FIFO queue bench-<random>.fifo on
+AWS_ENDPOINT_URL_SQS (default http://127.0.0.1:9324); both are removed at
+the end. Both must be on this machine (loopback or a Unix socket).
+
+flags:
+  -jobs N           jobs to deliver in throughput mode (default 5000)
+  -clients N        concurrent API clients creating jobs (default 8)
+  -rate R           fixed-rate mode: jobs per second
+  -duration D       fixed-rate mode: how long to create jobs (default 10s)
+  -batch N          jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
+  -concurrency N    the processing pool's concurrency (default 20)
+  -split            run dispatch api and dispatch router as two child processes
+  -dispatch PATH    the dispatch binary to run (default: beside this one, else on PATH)
+  -timeout D        give up when not every job arrived within D (default 5m)
+  -cpuprofile FILE  write a pprof CPU profile of this process (the load
+                    generator and receiver) over the load, and have each
+                    child write one of its whole run to FILE.all, or
+                    FILE.api and FILE.router (through DISPATCH_CPU_PROFILE)
+  -blockprofile FILE, -mutexprofile FILE
+                    blocking and mutex contention of this process (sampled)`
+
+const (
+	benchDefaultSQS      = "http://127.0.0.1:9324"
+	benchMaxBatch        = 100 // the API's batch limit
+	benchStartTimeout    = time.Minute
+	benchStopTimeout     = time.Minute
+	benchCleanupTimeout  = 30 * time.Second
+	benchVisibility      = "60" // seconds, as router.Queue creates queues
+	benchShutdownTimeout = "10s"
+	benchStatsTimeout    = 10 * time.Second // for the service's connections to leave PostgreSQL
+)
+
+// benchPayload is a typical small webhook payload.
+const benchPayload = `{"orderId":"ord_8f14e45fceea167a","customerId":"cus_c9f0f895fb98ab91","amount":99.99,"currency":"EUR","items":3}`
+
+type benchOptions struct {
+	jobs, clients, batch, concurrency int
+	rate                              float64 // jobs per second; 0: throughput mode
+	duration, timeout                 time.Duration
+	split                             bool
+	dispatch                          string // the dispatch binary
+	cpuProfile, blockProfile          string
+	mutexProfile                      string
+}
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+	var o benchOptions
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, benchUsage) }
+	fs.IntVar(&o.jobs, "jobs", 5000, "")
+	fs.IntVar(&o.clients, "clients", 8, "")
+	fs.Float64Var(&o.rate, "rate", 0, "")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "")
+	fs.IntVar(&o.batch, "batch", 1, "")
+	fs.IntVar(&o.concurrency, "concurrency", 20, "")
+	fs.BoolVar(&o.split, "split", false, "")
+	fs.StringVar(&o.dispatch, "dispatch", "", "")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
+	fs.StringVar(&o.blockProfile, "blockprofile", "", "")
+	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.rate > 0 {
+		if set["jobs"] {
+			errs = append(errs, errors.New("-jobs and -rate exclude each other (-rate runs for -duration)"))
+		}
+		if o.duration <= 0 {
+			errs = append(errs, errors.New("-duration must be positive"))
+		}
+		o.jobs = int(o.rate*o.duration.Seconds() + 0.5)
+		if o.jobs < 1 {
+			errs = append(errs, errors.New("-rate × -duration must make at least one job"))
+		}
+	} else if set["rate"] {
+		errs = append(errs, errors.New("-rate must be positive"))
+	} else if set["duration"] {
+		errs = append(errs, errors.New("-duration needs -rate"))
+	}
+	if o.jobs < 1 {
+		errs = append(errs, errors.New("-jobs must be at least 1"))
+	}
+	if o.clients < 1 {
+		errs = append(errs, errors.New("-clients must be at least 1"))
+	}
+	if o.batch < 1 || o.batch > benchMaxBatch {
+		errs = append(errs, fmt.Errorf("-batch must be 1 to %d", benchMaxBatch))
+	}
+	if o.concurrency < 1 || o.concurrency > 1000 {
+		errs = append(errs, errors.New("-concurrency must be 1 to 1000"))
+	}
+	if o.timeout <= 0 {
+		errs = append(errs, errors.New("-timeout must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("bench: %w", err)
+	}
+	return o, nil
+}
+
+// run is the whole program; main only adds signals and the exit code.
+func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
+	o, err := parseBenchFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	exe, err := dispatchBinary(o.dispatch)
+	if err != nil {
+		return err
+	}
+	getenv := envLookup(environ)
+	sqsEndpoint := getenv("AWS_ENDPOINT_URL_SQS")
+	if sqsEndpoint == "" {
+		sqsEndpoint = benchDefaultSQS
+	}
+	dbURL := getenv("DATABASE_URL")
+	if dbURL == "" {
+		dbURL = config.DefaultDatabaseURL
+	}
+	if err := checkLocalSQS(sqsEndpoint); err != nil {
+		return err
+	}
+	adminCfg, err := localDatabaseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	setLocalAWSEnv()
+
+	suffix := randomHex(6)
+	dbName, queueName := "dispatch_bench_"+suffix, "bench-"+suffix+".fifo"
+	if err := createBenchDatabase(ctx, adminCfg, dbName); err != nil {
+		return err
+	}
+	defer dropBenchDatabase(ctx, adminCfg, dbName, stderr)
+	queueURL, deleteQueue, err := createBenchQueue(ctx, sqsEndpoint, queueName)
+	if err != nil {
+		return err
+	}
+	defer deleteQueue()
+
+	secret, err := webhook.NewSecret(webhook.SchemeFlowCatalyst)
+	if err != nil {
+		return err
+	}
+	rc, err := startBenchReceiver(o.jobs, secret)
+	if err != nil {
+		return err
+	}
+	defer rc.stop()
+
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	env := benchEnv(environ, map[string]string{
+		"DATABASE_URL":                   withDatabaseName(dbURL, dbName),
+		"AWS_ENDPOINT_URL_SQS":           sqsEndpoint,
+		"DISPATCH_QUEUE_URL":             queueURL,
+		"DISPATCH_INSECURE":              "true",
+		"DISPATCH_ALLOW_PRIVATE_TARGETS": "true",
+		"DISPATCH_HTTP_ADDR":             "127.0.0.1:0",
+		"DISPATCH_ROUTER_ADDR":           "127.0.0.1:0",
+		"DISPATCH_POOLS":                 fmt.Sprintf("DISPATCH-POOL:%d", o.concurrency),
+		"DISPATCH_LOG_LEVEL":             "warn",
+		"DISPATCH_AUTO_MIGRATE":          "true",
+		"DISPATCH_ENCRYPTION_KEY":        base64.StdEncoding.EncodeToString(key),
+		"DISPATCH_SHUTDOWN_TIMEOUT":      benchShutdownTimeout,
+		// The bench receiver answers at once; a short delivery timeout lets
+		// the short shutdown above pass the start-up check.
+		"DISPATCH_DELIVERY_TIMEOUT": "5s",
+	})
+	svc, err := startBenchSystem(ctx, exe, o.split, env, o.cpuProfile, stderr)
+	if err != nil {
+		return err
+	}
+	defer svc.stop() // on early returns; the normal path stops it below
+
+	idle := o.clients
+	if o.rate > 0 { // open loop: as many requests in flight as the service makes wait
+		idle = max(idle, 256)
+	}
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle, IdleConnTimeout: time.Minute},
+		Timeout:   30 * time.Second,
+	}
+	defer client.CloseIdleConnections()
+	credID, err := createBenchCredentials(ctx, client, svc.url(), secret, rc.url)
+	if err != nil {
+		return err
+	}
+
+	benchDB := adminCfg.Copy()
+	benchDB.Database = dbName
+	pg := newPGStats(ctx, benchDB)
+	pg0, err := pg.read(ctx)
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, c := range svc.processes() {
+		pids = append(pids, c.pid)
+	}
+	profiles, err := startProfiles(o.cpuProfile, o.blockProfile, o.mutexProfile)
+	if err != nil {
+		return err
+	}
+	// The service's connections to PostgreSQL are in its children (in the
+	// API's when split: the router never connects).
+	seg0, segErr := pgSegments(pids, adminCfg.Port)
+	cpu0 := sampleCPU(dbName, pids)
+	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
+	cpu1 := sampleCPU(dbName, pids)
+	seg1, err := pgSegments(pids, adminCfg.Port)
+	if segErr == nil && err == nil && len(seg1) > 0 {
+		res.pgRoundTrips = segmentsSent(seg0, seg1)
+	} else {
+		res.pgRoundTrips = -1 // unknown: no TCP connection seen (a Unix socket), or pidfd_getfd not allowed
+	}
+	if err := profiles.stop(); err != nil && loadErr == nil {
+		loadErr = err
+	}
+	res.cpu = cpu0.until(cpu1)
+	res.peakRSS = peakRSS()
+	for _, c := range svc.processes() {
+		res.children = append(res.children, benchChildUse{name: c.name, peakRSS: pidPeakRSS(c.pid)})
+	}
+	stopErr := svc.stop()
+	if loadErr != nil {
+		return loadErr
+	}
+	if stopErr != nil {
+		return fmt.Errorf("bench: stop the service: %w", stopErr)
+	}
+	pg.waitIdle(ctx, benchStatsTimeout)
+	pg1, err := pg.read(ctx)
+	if err != nil {
+		return err
+	}
+	res.pg = pg0.until(pg1)
+	res.write(stdout, o, dbName)
+	return nil
+}
+
+// envLookup is getenv over environ, the last entry of a name winning.
+func envLookup(environ []string) func(string) string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
+}
