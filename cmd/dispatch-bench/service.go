@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,7 @@ func startBenchSystem(ctx context.Context, exe string, split bool, env []string,
 			return nil, err
 		}
 		s.children, s.apiURL = []*benchChild{all}, "http://"+addrs["api"]
-		return s, nil
+		return s, s.waitReady(ctx, s.apiURL)
 	}
 	api, addrs, err := startBenchChild(ctx, exe, "api", profiled(env, "api"), stderr, "api")
 	if err != nil {
@@ -82,13 +83,46 @@ func startBenchSystem(ctx context.Context, exe string, split bool, env []string,
 	}
 	s.children, s.apiURL = []*benchChild{api}, "http://"+addrs["api"]
 	routerEnv := append(profiled(env, "router"), "DISPATCH_PROCESS_URL="+s.apiURL+"/api/dispatch/process")
-	router, _, err := startBenchChild(ctx, exe, "router", routerEnv, stderr, "router")
+	router, routerAddrs, err := startBenchChild(ctx, exe, "router", routerEnv, stderr, "router")
 	if err != nil {
 		_ = api.stop()
 		return nil, err
 	}
 	s.children = append(s.children, router)
-	return s, nil
+	return s, s.waitReady(ctx, s.apiURL, "http://"+routerAddrs["router"])
+}
+
+// waitReady waits until each base URL's /health/ready answers 200: a
+// process listens while it still waits for its database and migrations,
+// and answers 503 until then. On failure it stops the children.
+func (s *benchSystem) waitReady(ctx context.Context, baseURLs ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, benchStartTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for _, base := range baseURLs {
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health/ready", nil)
+			if err != nil {
+				_ = s.stop()
+				return err
+			}
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				_ = s.stop()
+				return fmt.Errorf("bench: %s/health/ready did not answer 200 within %s", base, benchStartTimeout)
+			case <-tick.C:
+			}
+		}
+	}
+	return nil
 }
 
 func (s *benchSystem) url() string { return s.apiURL }
