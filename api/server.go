@@ -39,6 +39,7 @@ type Store interface {
 	ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error)
 	CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error)
 	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
+	Storage(ctx context.Context) (dispatch.Storage, error)
 	Ping(ctx context.Context) error
 	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
 	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
@@ -229,6 +230,7 @@ func (s *Server) routes() *gin.Engine {
 	jobs := e.Group("/api/dispatch", s.auth("api", s.cfg.APITokens))
 	jobs.GET("/stats", s.stats)
 	jobs.GET("/monitoring", s.monitoring)
+	jobs.GET("/storage", s.storage)
 	jobs.POST("/jobs", s.limitBody, s.createJob)
 	jobs.POST("/jobs/batch", s.limitBody, s.createJobs)
 	jobs.GET("/jobs", s.searchJobs)

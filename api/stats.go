@@ -151,3 +151,39 @@ func (s *Server) monitoring(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, v)
 }
+
+type storageView struct {
+	DatabaseBytes  int64              `json:"databaseBytes"`
+	Tables         []tableStorageView `json:"tables"`
+	OldestJobAt    *string            `json:"oldestJobAt"`
+	Partitions     int                `json:"partitions"`
+	LastUpkeep     *string            `json:"lastUpkeep"`
+	NextUpkeep     *string            `json:"nextUpkeep"`
+	LastDropped    int                `json:"lastDropped"`
+	HeldPartitions int                `json:"heldPartitions"`
+	LastError      string             `json:"lastError,omitempty"`
+}
+
+type tableStorageView struct {
+	Name  string `json:"name"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+// storage answers what the history takes: database size, rows and bytes
+// per table, the oldest job kept, and the last and next partition upkeep.
+func (s *Server) storage(c *gin.Context) {
+	st, err := s.store.Storage(c.Request.Context())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := storageView{DatabaseBytes: st.DatabaseBytes, Tables: make([]tableStorageView, len(st.Tables)),
+		OldestJobAt: fmtTimePtr(st.OldestJobAt), Partitions: st.Partitions, LastUpkeep: fmtTimePtr(st.LastUpkeep),
+		NextUpkeep: fmtTimePtr(st.NextUpkeep), LastDropped: st.LastDropped, HeldPartitions: st.HeldPartitions,
+		LastError: st.LastError}
+	for i, t := range st.Tables {
+		v.Tables[i] = tableStorageView{Name: t.Name, Rows: t.Rows, Bytes: t.Bytes}
+	}
+	c.JSON(http.StatusOK, v)
+}

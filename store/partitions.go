@@ -11,6 +11,8 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dispatchhq/dispatch"
 )
 
 // Jobs, attempts and events are range-partitioned by time-sorted id (an id
@@ -150,18 +152,12 @@ func ensurePartitions(ctx context.Context, conn *pgx.Conn, now time.Time, interv
 }
 
 func createPartition(ctx context.Context, conn *pgx.Conn, parent, name string, lo, hi int64, from, to time.Time) error {
-	// Payloads move out of a job's row (TOAST): the two updates of a
-	// delivery then copy a few hundred bytes, not the payload.
-	with := ""
-	if parent == "dispatch_job" {
-		with = " WITH (toast_tuple_target = 128)"
-	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		ident := pgx.Identifier{name}.Sanitize()
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '10s';
-			CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)%s;
+			CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
 			ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`,
-			ident, parent, with, parent, ident, lo, hi)); err != nil {
+			ident, parent, parent, ident, lo, hi)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO dispatch_partition (name, parent, lo, hi, from_time, to_time) VALUES ($1,$2,$3,$4,$5,$6)`,
@@ -381,31 +377,10 @@ func (s *Store) RunHistory(ctx context.Context, h History, log *slog.Logger) err
 	}
 }
 
-// Storage is what the history takes in the database, for operators.
-type Storage struct {
-	DatabaseBytes  int64
-	Tables         []TableStorage
-	OldestJobAt    *time.Time // the oldest job kept (nil: none)
-	Partitions     int        // job partitions kept
-	LastUpkeep     *time.Time // when partition upkeep last ran (any replica)
-	NextUpkeep     *time.Time
-	LastDropped    int    // partitions the last upkeep dropped
-	HeldPartitions int    // partitions past retention kept for live jobs
-	LastError      string // the last upkeep's error, if it failed
-}
-
-// TableStorage is one table's rows (PostgreSQL's estimate, summed over
-// its partitions) and bytes (tables, indexes and TOAST).
-type TableStorage struct {
-	Name  string
-	Rows  int64
-	Bytes int64
-}
-
 // Storage reads what the history takes: cheap catalog reads and one
 // index probe per partition, safe to call on every scrape.
-func (s *Store) Storage(ctx context.Context) (Storage, error) {
-	var st Storage
+func (s *Store) Storage(ctx context.Context) (dispatch.Storage, error) {
+	var st dispatch.Storage
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&st.DatabaseBytes); err != nil {
 			return err
@@ -421,8 +396,8 @@ func (s *Store) Storage(ctx context.Context) (Storage, error) {
 		if err != nil {
 			return err
 		}
-		st.Tables, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableStorage, error) {
-			var t TableStorage
+		st.Tables, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.TableStorage, error) {
+			var t dispatch.TableStorage
 			return t, r.Scan(&t.Name, &t.Rows, &t.Bytes)
 		})
 		if err != nil {

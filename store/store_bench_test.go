@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +177,81 @@ func BenchmarkPublishDue(b *testing.B) {
 			b.Fatalf("PublishDue: %d, %v", n, err)
 		}
 	}
+}
+
+// BenchmarkBytesPerDelivery is what one delivery leaves in PostgreSQL:
+// a job with a 1 KiB payload created (marked queued, as a hand-off does),
+// claimed and completed with its attempt. It reports the growth of every
+// dispatch table with its indexes and TOAST (table-B/delivery) and the WAL
+// written (wal-B/delivery; the server's, so run it alone). Whether
+// autovacuum runs changes the first: `make bench` prints the setting.
+func BenchmarkBytesPerDelivery(b *testing.B) {
+	st, pool, _ := storetest.New(b, store.Options{NodeID: 1})
+	st.HandOffTo(stuckHandoff{})
+	ctx := b.Context()
+	// 1 KiB of JSON that compresses as real payloads do (not a run of one
+	// letter): hex digits of a fixed pseudo-random sequence.
+	var sb strings.Builder
+	for i := range 500 {
+		fmt.Fprintf(&sb, "%02x", (i*7919+13)%251)
+	}
+	payload := `{"order":{"id":"` + sb.String()[:1000] + `"}}`
+	size := func() (tables, wal int64) {
+		b.Helper()
+		if err := pool.QueryRow(ctx, `
+			SELECT (SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+				WHERE c.relkind = 'r' AND c.relname LIKE 'dispatch\_%'),
+				pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&tables, &wal); err != nil {
+			b.Fatal(err)
+		}
+		return tables, wal
+	}
+	deliver := func() {
+		j, _, err := st.CreateJob(ctx, newJob(func(j *dispatch.Job) {
+			j.Payload, j.Metadata = payload, map[string]string{"tenantId": "acme"}
+		}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		c, err := st.ClaimJob(ctx, j.ID, t0, lease)
+		if err != nil || c.State != dispatch.Claimed {
+			b.Fatalf("ClaimJob: state %v, err %v", c.State, err)
+		}
+		if _, err := st.FinishAttempt(ctx, dispatch.Attempt{
+			JobID: j.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: t0, CompletedAt: time.Now(),
+			Status: dispatch.AttemptSuccess, ResponseCode: 200, ResponseBody: "ok",
+		}, dispatch.Transition{Status: dispatch.StatusCompleted}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 200 { // past the first pages of every table and index
+		deliver()
+	}
+	t0, w0 := size()
+	n := 0
+	for b.Loop() {
+		deliver()
+		n++
+	}
+	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil { // sizes as files hold them
+		b.Fatal(err)
+	}
+	t1, w1 := size()
+	if testing.Verbose() {
+		rows, err := pool.Query(ctx, `SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c
+			WHERE c.relname LIKE 'dispatch\_%' OR c.relname LIKE 'idx\_%' OR c.relname LIKE 'pg_toast%'
+			ORDER BY 2 DESC LIMIT 25`)
+		if err == nil {
+			for rows.Next() {
+				var name string
+				var sz int64
+				_ = rows.Scan(&name, &sz)
+				b.Logf("%-60s %10d (%d B/delivery)", name, sz, sz/int64(n+200))
+			}
+			rows.Close()
+		}
+	}
+	b.ReportMetric(float64(t1-t0)/float64(n), "table-B/delivery")
+	b.ReportMetric(float64(w1-w0)/float64(n), "wal-B/delivery")
 }

@@ -215,6 +215,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	if n := eval[string](b, `document.querySelector('#card-dead .stat-value').textContent`); n != "4" {
 		t.Errorf("overview shows %s dead letters, want 4", n)
 	}
+	b.waitFor("the storage card", `document.querySelector('#storage') !== null`)
+	if txt := eval[string](b, `document.querySelector('#storage').textContent`); !strings.Contains(txt, "dispatch_job") || !strings.Contains(txt, "Oldest job kept") {
+		t.Errorf("the storage card reads %q, want the tables and the oldest job kept", txt)
+	}
 	b.shot("02-overview")
 
 	// The session cookie is HttpOnly and SameSite=Strict; the page cannot read it.

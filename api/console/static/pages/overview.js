@@ -39,12 +39,13 @@ export function overviewPage(main) {
   let stopped = false;
 
   async function load() {
-    let stats, dead, mon;
+    let stats, dead, mon, storage;
     try {
-      [stats, dead, mon] = await Promise.all([
+      [stats, dead, mon, storage] = await Promise.all([
         api.get('/api/dispatch/stats?window=1h&bucket=1m'),
         api.get('/api/dispatch/jobs?status=ERROR&size=1'),
         api.get('/api/dispatch/monitoring'),
+        api.get('/api/dispatch/storage'),
       ]);
     } catch (e) {
       clear(body, errorBox(e));
@@ -65,7 +66,7 @@ export function overviewPage(main) {
         h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, dead.totalItems.toLocaleString()),
         h('div', { class: 'stat-sub' }, 'jobs in ERROR')));
     const charts = h('div', { class: 'charts' });
-    clear(body, cards, charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)));
+    clear(body, cards, charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)), storageCard(storage));
     const xs = stats.buckets.map((b) => Date.parse(b.start) / 1000);
     if (t.attempts === 0) {
       charts.append(h('div', { class: 'card' }, empty('No deliveries in the last hour',
@@ -107,6 +108,32 @@ function poolsCard(mon) {
         h('td', {}, h('div', { class: 'meter' }, h('progress', { max: p.concurrency, value: p.inFlight }), ` ${p.inFlight} / ${p.concurrency}`)),
         h('td', {}, p.buffered), h('td', {}, p.succeeded.toLocaleString()), h('td', {}, p.retried.toLocaleString()),
         h('td', {}, p.failed.toLocaleString()), h('td', { class: 'nowrap' }, ms(p.avgMediationMillis)))))));
+}
+
+function bytes(n) {
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n : n.toFixed(1)) + ' ' + units[i];
+}
+
+// storageCard: what the history takes and when it is next trimmed.
+function storageCard(st) {
+  const rows = [
+    ['Database', bytes(st.databaseBytes)],
+    ['Oldest job kept', st.oldestJobAt ? fmtTime(st.oldestJobAt) : '—'],
+    ['Last purge', st.lastUpkeep ? fmtTime(st.lastUpkeep) + ` (${st.lastDropped} partitions dropped)` : 'not yet'],
+    ['Next purge', st.nextUpkeep ? fmtTime(st.nextUpkeep) : '—'],
+  ];
+  if (st.heldPartitions) rows.push(['Held for live jobs', `${st.heldPartitions} partitions past retention`]);
+  if (st.lastError) rows.push(['Last upkeep error', st.lastError]);
+  return h('div', { class: 'card', id: 'storage' }, h('h3', {}, 'Storage'),
+    h('table', { class: 'table' },
+      h('tbody', {}, rows.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))),
+    h('table', { class: 'table' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Table'), h('th', {}, 'Rows'), h('th', {}, 'Size'))),
+      h('tbody', {}, st.tables.map((t) => h('tr', {}, h('td', {}, h('code', {}, t.name)),
+        h('td', {}, t.rows.toLocaleString()), h('td', {}, bytes(t.bytes)))))));
 }
 
 function breakersCard(mon) {
