@@ -197,22 +197,18 @@ func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error
 }
 
 // waitForDatabase retries until PostgreSQL answers, so a process started
-// before its database (compose, a reboot) comes up by itself. Each retry
-// logs why it failed (connection refused, authentication failed, no such
-// database and the command that creates it), and /health/ready says it.
-func (a *app) waitForDatabase(ctx context.Context, pool *pgxpool.Pool, st *startup) error {
+// before its database (compose, a reboot) comes up by itself.
+func (a *app) waitForDatabase(ctx context.Context, pool *pgxpool.Pool) error {
 	backoff := 500 * time.Millisecond
 	for {
-		err := store.Explain(pool.Ping(ctx))
+		err := pool.Ping(ctx)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		reason := reasonOf(err)
-		st.set("database", reason, err.Error())
-		a.log.Warn("database not available yet ("+reason+"); retrying", "reason", reason, "err", err.Error(), "backoff", backoff.String())
+		a.log.Warn("database not available yet; retrying", "backoff", backoff.String())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -264,35 +260,6 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		defer stop() //nolint:errcheck // the profile is all there is to lose
 		a.log.Info("writing a CPU profile until the process stops", "file", a.cfg.CPUProfile)
 	}
-	// The ports are bound first: until the API and the router serve them,
-	// the startup handler answers probes there (alive; not ready, and why).
-	starting := &startup{}
-	var apiSock, routerSock *handoff
-	if withAPI {
-		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("api listen %s: %w", a.cfg.HTTPAddr, err)
-		}
-		apiSock = newHandoff(ln)
-		defer apiSock.Close()
-	}
-	if withRouter {
-		ln, err := net.Listen("tcp", a.cfg.RouterAddr)
-		if err != nil {
-			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
-		}
-		routerSock = newHandoff(ln)
-		defer routerSock.Close()
-	}
-	var early []net.Listener
-	for _, h := range []*handoff{apiSock, routerSock} {
-		if h != nil {
-			early = append(early, h.phase(false))
-		}
-	}
-	stopStartup := starting.serve(early...)
-	defer stopStartup()
-
 	var st *store.Store
 	if withAPI { // the router alone never touches the database
 		pool, s, err := a.openStore(ctx)
@@ -301,20 +268,13 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 		defer pool.Close()
 		st = s
-		if err := a.waitForDatabase(ctx, pool, starting); err != nil {
+		if err := a.waitForDatabase(ctx, pool); err != nil {
 			return nil
 		}
 		if a.cfg.AutoMigrate {
-			// With several replicas starting at once, one migrates and the
-			// others wait here for its advisory lock.
-			starting.set("migrations", "applying the schema (or waiting for another replica's migration lock)", "")
-			a.log.Info("migrating the schema", "schema_version", store.MigrationsVersion())
 			if err := store.Migrate(ctx, pool); err != nil {
 				return err
 			}
-		}
-		if err := store.CheckSchema(ctx, pool); err != nil {
-			return err
 		}
 		if err := st.CheckKey(ctx); err != nil {
 			return err
@@ -329,7 +289,6 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	if err != nil {
 		return err
 	}
-	stopStartup() // from here on, the API and the router answer on their ports
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 
 	// With a router, the API outlives it (its in-flight mediations still
@@ -347,7 +306,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	var local *mediator.Local
 	var inProcess atomic.Pointer[router.Router] // the router of `dispatch all`, for the console
 	if withAPI {
-		ln := apiSock.phase(true)
+		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("api listen %s: %w", a.cfg.HTTPAddr, err)
+		}
 		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
 		if withRouter && !a.cfg.ProcessURLSet {
 			processURL = "http://" + loopbackAddr(ln.Addr()) + "/api/dispatch/process"
@@ -407,7 +369,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		inProcess.Store(rt)
-		var routerHTTP net.Listener = routerSock.phase(true)
+		routerHTTP, err := net.Listen("tcp", a.cfg.RouterAddr)
+		if err != nil {
+			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
+		}
 		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
 		// The router stops on the signal, or when anything else in the
 		// process has failed (gctx), and then lets the API stop.
