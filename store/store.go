@@ -329,7 +329,9 @@ func SchemaVersion() string {
 }
 
 // Migrate applies the embedded migrations under tern's advisory lock, so
-// several processes starting at once migrate exactly once.
+// several processes starting at once migrate exactly once: the others wait
+// for the lock, then find nothing left to do. A binary older than the
+// database's schema gets a *SchemaError.
 //
 // They run on a connection of their own, closed afterwards, not one of the
 // pool's: tern ends each migration with RESET ALL, which sent that pool
@@ -353,6 +355,12 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("store: load migrations: %w", err)
 	}
 	if err := m.Migrate(ctx); err != nil {
+		var bad migrate.BadVersionError
+		if errors.As(err, &bad) { // a newer dispatch has migrated the database
+			if serr := CheckSchema(ctx, conn); serr != nil {
+				return serr
+			}
+		}
 		return fmt.Errorf("store: migrate: %w", err)
 	}
 	return nil
@@ -381,7 +389,7 @@ func interpret(err error) error {
 func redactErr(err error) error {
 	var pgErr *pgconn.ConnectError
 	if errors.As(err, &pgErr) {
-		return errors.New("cannot connect to PostgreSQL (check DATABASE_URL and that the server is up)")
+		return Explain(err) // the cause, without the password
 	}
 	return errors.New("invalid database URL")
 }

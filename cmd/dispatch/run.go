@@ -197,18 +197,22 @@ func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error
 }
 
 // waitForDatabase retries until PostgreSQL answers, so a process started
-// before its database (compose, a reboot) comes up by itself.
-func (a *app) waitForDatabase(ctx context.Context, pool *pgxpool.Pool) error {
+// before its database (compose, a reboot) comes up by itself. Each retry
+// logs why it failed (connection refused, authentication failed, no such
+// database and the command that creates it), and /health/ready says it.
+func (a *app) waitForDatabase(ctx context.Context, pool *pgxpool.Pool, st *startup) error {
 	backoff := 500 * time.Millisecond
 	for {
-		err := pool.Ping(ctx)
+		err := store.Explain(pool.Ping(ctx))
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		a.log.Warn("database not available yet; retrying", "backoff", backoff.String())
+		reason := reasonOf(err)
+		st.set("database", reason, err.Error())
+		a.log.Warn("database not available yet ("+reason+"); retrying", "reason", reason, "err", err.Error(), "backoff", backoff.String())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -260,6 +264,35 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		defer stop() //nolint:errcheck // the profile is all there is to lose
 		a.log.Info("writing a CPU profile until the process stops", "file", a.cfg.CPUProfile)
 	}
+	// The ports are bound first: until the API and the router serve them,
+	// the startup handler answers probes there (alive; not ready, and why).
+	starting := &startup{}
+	var apiSock, routerSock *handoff
+	if withAPI {
+		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("api listen %s: %w", a.cfg.HTTPAddr, err)
+		}
+		apiSock = newHandoff(ln)
+		defer apiSock.Close()
+	}
+	if withRouter {
+		ln, err := net.Listen("tcp", a.cfg.RouterAddr)
+		if err != nil {
+			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
+		}
+		routerSock = newHandoff(ln)
+		defer routerSock.Close()
+	}
+	var early []net.Listener
+	for _, h := range []*handoff{apiSock, routerSock} {
+		if h != nil {
+			early = append(early, h.phase(false))
+		}
+	}
+	stopStartup := starting.serve(early...)
+	defer stopStartup()
+
 	var st *store.Store
 	if withAPI { // the router alone never touches the database
 		pool, s, err := a.openStore(ctx)
@@ -268,13 +301,20 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 		defer pool.Close()
 		st = s
-		if err := a.waitForDatabase(ctx, pool); err != nil {
+		if err := a.waitForDatabase(ctx, pool, starting); err != nil {
 			return nil
 		}
 		if a.cfg.AutoMigrate {
+			// With several replicas starting at once, one migrates and the
+			// others wait here for its advisory lock.
+			starting.set("migrations", "applying the schema (or waiting for another replica's migration lock)", "")
+			a.log.Info("migrating the schema", "schema_version", store.MigrationsVersion())
 			if err := store.Migrate(ctx, pool); err != nil {
 				return err
 			}
+		}
+		if err := store.CheckSchema(ctx, pool); err != nil {
+			return err
 		}
 		if err := st.CheckKey(ctx); err != nil {
 			return err
@@ -289,6 +329,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	if err != nil {
 		return err
 	}
+	stopStartup() // from here on, the API and the router answer on their ports
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 
 	// With a router, the API outlives it (its in-flight mediations still
@@ -306,10 +347,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	var local *mediator.Local
 	var inProcess atomic.Pointer[router.Router] // the router of `dispatch all`, for the console
 	if withAPI {
-		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("api listen %s: %w", a.cfg.HTTPAddr, err)
-		}
+		ln := apiSock.phase(true)
 		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
 		if withRouter && !a.cfg.ProcessURLSet {
 			processURL = "http://" + loopbackAddr(ln.Addr()) + "/api/dispatch/process"
@@ -369,10 +407,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		inProcess.Store(rt)
-		routerHTTP, err := net.Listen("tcp", a.cfg.RouterAddr)
-		if err != nil {
-			return fmt.Errorf("router listen %s: %w", a.cfg.RouterAddr, err)
-		}
+		var routerHTTP net.Listener = routerSock.phase(true)
 		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
 		// The router stops on the signal, or when anything else in the
 		// process has failed (gctx), and then lets the API stop.
