@@ -34,6 +34,11 @@ TEST_FUZZTIME ?= 5s
 # Packages with fuzz targets (job validation and pointer parsing; signature verification).
 FUZZ_PKGS  ?= . ./webhook
 
+# golangci-lint, pinned; `make lint` installs it into .dev/tools from the Go
+# module proxy the first time (go install, no other download).
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := .dev/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
 # Exports the devenv variables (DATABASE_URL, AWS_*) into a recipe's shell.
 DEV_ENV := eval "$$($(DEVENV) env)"
 RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
@@ -94,10 +99,15 @@ test/short: up browser ## Like `test`, without -race
 	go vet ./...
 	$(DEV_ENV); $(TEST_ENV) go test -count=1 -timeout 15m ./...
 
-lint: ## gofmt must report nothing; go vet
+lint: $(GOLANGCI_LINT) ## gofmt must report nothing; golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, import rules)
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(@D)
+	GOBIN=$(CURDIR)/$(@D) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(@D)/golangci-lint $@
 
 bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION; then the Go benchmarks
 	@echo "== throughput: $(BENCH_JOBS) jobs"

@@ -64,11 +64,12 @@ func (p *Problems) Add(field, format string, args ...any) {
 	*p = append(*p, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// Err returns the problems as an EInvalid *Error, or nil.
 // MaxDetails caps the problems listed in one answer, so a body of a
 // million bad keys cannot make an answer eight times its size.
 const MaxDetails = 100
 
+// Err returns the problems as an EInvalid *Error, or nil. Past MaxDetails
+// problems, the last one listed says how many more there are.
 func (p Problems) Err() error {
 	if len(p) == 0 {
 		return nil

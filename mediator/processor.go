@@ -1,3 +1,10 @@
+// Package mediator delivers webhooks. Its Processor is the processing
+// endpoint's logic: claim the job, consult the target host's circuit
+// breaker, sign and send the request through the SSRF-guarded Sender, and
+// record the attempt with the job's new state before answering. It also
+// holds the router's two mediators (HTTP, to a processing endpoint in
+// another process; Local, in the same process) and the subscriptions'
+// verification handshake.
 package mediator
 
 import (

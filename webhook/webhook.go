@@ -446,7 +446,7 @@ func decodeKey(secret string) ([]byte, error) {
 
 func flowCatalystMAC(key []byte, stamp string, payload []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	io.WriteString(m, stamp)
+	m.Write([]byte(stamp))
 	m.Write(payload)
 	return m.Sum(nil)
 }
@@ -457,10 +457,10 @@ func flowCatalystSignature(key []byte, stamp string, payload []byte) string {
 
 func standardMAC(key []byte, id, stamp string, payload []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	io.WriteString(m, id)
-	io.WriteString(m, ".")
-	io.WriteString(m, stamp)
-	io.WriteString(m, ".")
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write([]byte(stamp))
+	m.Write([]byte{'.'})
 	m.Write(payload)
 	return m.Sum(nil)
 }

@@ -326,9 +326,11 @@ func (rc *benchReceiver) counts() (unique, deliveries, duplicates, bad int) {
 	return len(rc.first), rc.deliveries, rc.duplicates, rc.badSignatures
 }
 
-func (rc *benchReceiver) stop() {
+// stop shuts the receiver down and returns what ended its server, nil for
+// the shutdown itself.
+func (rc *benchReceiver) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = rc.srv.Shutdown(ctx)
-	<-rc.done
+	return <-rc.done
 }

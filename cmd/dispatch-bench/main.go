@@ -211,7 +211,11 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	defer rc.stop()
+	defer func() {
+		if err := rc.stop(); err != nil {
+			fmt.Fprintf(stderr, "bench: receiver: %v\n", err)
+		}
+	}()
 
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
@@ -236,7 +240,8 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	defer svc.stop() // on early returns; the normal path stops it below
+	// On early returns; the normal path stops it below and reports its error.
+	defer func() { _ = svc.stop() }()
 
 	idle := o.clients
 	if o.rate > 0 { // open loop: as many requests in flight as the service makes wait

@@ -140,15 +140,15 @@ func (p *proc) kill() {
 }
 
 // term sends SIGTERM and returns the exit error and how long the exit took.
-func (p *proc) term(limit time.Duration) (error, time.Duration) {
+func (p *proc) term(limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
-		return p.exitErr, time.Since(start)
+		return time.Since(start), p.exitErr
 	case <-time.After(limit):
 		p.t.Fatalf("no exit within %s of SIGTERM", limit)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -160,15 +160,6 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// envList turns a map into KEY=VALUE entries.
-func envList(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	return out
 }
 
 // emulator is a private SQS stand-in that a test may stop and restart on
@@ -496,7 +487,7 @@ func TestSIGTERMDuringLoadExitsCleanlyAndLosesNothing(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, func() bool { return rc.count() >= 50 }, func() string { return "deliveries did not start" })
-	err, took := p.term(30 * time.Second)
+	took, err := p.term(30 * time.Second)
 	if err != nil {
 		t.Errorf("exit after SIGTERM: %v, want exit 0", err)
 	}

@@ -51,7 +51,7 @@ type consoleSub struct {
 // delivered and open the job; disable and enable, edit, verify, delete.
 // rc is a handshakeReceiver that credentials credID may be sent to.
 func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credID string, rc *httptest.Server, delivered *atomic.Int64) {
-	b.go_("#/subscriptions")
+	b.visit("#/subscriptions")
 	b.waitFor("the empty subscriptions page", `document.querySelector('#subs-results .empty-title') !== null &&
 		document.querySelector('#subs-results').innerText.includes('No subscriptions yet')`)
 	// The toast of the last action fades within 4 s; wait so that it does
@@ -143,7 +143,7 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	if code := in.do("POST", "/api/dispatch/events", apiToken, map[string]any{"source": "billing", "type": "invoice.voided", "data": 1}, nil); code != http.StatusCreated {
 		t.Fatalf("publish a second event: %d", code)
 	}
-	b.go_("#/events")
+	b.visit("#/events")
 	b.waitFor("the events", `document.querySelectorAll('#events-table tbody tr').length === 2`)
 	b.do("search by type", chromedp.SendKeys(chromedp.ID("e-type"), "order.created"), chromedp.Click(chromedp.ID("search-events")))
 	b.waitFor("the one order.created event", `(() => { const rows = document.querySelectorAll('#events-table tbody tr');
@@ -151,7 +151,7 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	b.shot("14-events")
 	b.do("search by a source with no events", chromedp.SendKeys(chromedp.ID("e-source"), "nobody"), chromedp.Click(chromedp.ID("search-events")))
 	b.waitFor("the empty state", `document.querySelector('#events-results').innerText.includes('No events match')`)
-	b.go_("#/events?type=order.created")
+	b.visit("#/events?type=order.created")
 	b.waitFor("the event again", `document.querySelectorAll('#events-table tbody tr').length === 1`)
 	b.do("open the event", chromedp.Click(chromedp.CSS(".event-link")))
 	b.waitFor("the event's job delivered", `(() => { const rows = document.querySelectorAll('#event-jobs tbody tr');
@@ -173,7 +173,7 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 		` && document.querySelector('#attempts').innerText.includes('SUCCESS')`)
 
 	// Disable: the next event makes no job; enable again.
-	b.go_("#/subscriptions")
+	b.visit("#/subscriptions")
 	b.waitFor("the disable button", `!!document.querySelector('[data-disable="`+subID+`"]')`)
 	b.do("disable", chromedp.Click(chromedp.CSS(`[data-disable="`+subID+`"]`)))
 	b.waitFor("DISABLED", `!!document.querySelector('[data-enable="`+subID+`"]') &&

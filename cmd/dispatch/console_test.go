@@ -136,7 +136,7 @@ func (b *browser) shot(name string) {
 	}
 }
 
-func (b *browser) go_(hash string) {
+func (b *browser) visit(hash string) {
 	b.t.Helper()
 	b.do("open "+hash, chromedp.Evaluate[chromedp.Void](`location.hash = `+quoteJS(hash)))
 }
@@ -243,7 +243,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// Jobs: find one by metadata.
-	b.go_("#/jobs")
+	b.visit("#/jobs")
 	b.waitFor("the jobs table", `document.querySelectorAll('#jobs-table tbody tr').length === 9`)
 	b.shot("03-jobs")
 	b.do("filter by metadata", chromedp.SendKeys(chromedp.ID("f-metadata"), "orderId=A-1001"), chromedp.Click(chromedp.ID("search")))
@@ -260,7 +260,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.shot("05-job")
 
 	// A job whose receiver answered with markup: shown as text too.
-	b.go_("#/jobs/" + bad)
+	b.visit("#/jobs/" + bad)
 	b.waitFor("the hostile attempt", `!!document.querySelector('.attempt-body') && document.querySelector('#job-id').textContent === `+quoteJS(bad))
 	if body := eval[string](b, `document.querySelector('.attempt-body').textContent`); !strings.Contains(body, `<img src=x onerror="window.__xss=2">`) {
 		t.Errorf("response body shown as %q, want the markup as text", body)
@@ -290,7 +290,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	in.waitStatus(replayID, 30*time.Second, "ERROR")
 
 	// Dead letters: the dry run counts, changes nothing; then the redrive.
-	b.go_("#/dead-letters")
+	b.visit("#/dead-letters")
 	b.waitFor("the dead letters", `document.querySelectorAll('#jobs-table tbody tr').length >= 4`)
 	before := in.countAll()
 	b.do("dry run", chromedp.Click(chromedp.ID("bulk-replay")))
@@ -315,7 +315,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Credentials: create bound to a target (the secret shown once), then
 	// rotate, then change where they may be sent.
-	b.go_("#/credentials")
+	b.visit("#/credentials")
 	b.waitFor("the credentials page", `!!document.querySelector('#create-credentials') && !document.querySelector('#credentials-list .loading')`)
 	b.shot("08-credentials-empty")
 	b.do("create credentials", chromedp.SendKeys(chromedp.ID("c-targets"), "HTTPS://Partner.Example:443/hooks/"), chromedp.Click(chromedp.ID("create")))

@@ -407,7 +407,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		inProcess.Store(rt)
-		var routerHTTP net.Listener = routerSock.phase(true)
+		routerHTTP := routerSock.phase(true)
 		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
 		// The router stops on the signal, or when anything else in the
 		// process has failed (gctx), and then lets the API stop.
