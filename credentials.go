@@ -9,13 +9,12 @@ import (
 	"strings"
 )
 
-// Credentials are bound to the targets an admin allows them for (SPEC §7.2):
+// Credentials are bound to the targets an admin allows them for:
 // their AllowedTargets, each an origin (https://partner.example, with the
 // port when it is not the scheme's default) optionally followed by a path
 // prefix (https://partner.example/hooks/). Credentials with none may be
-// sent nowhere. A deviation from seed 002, whose credentials any job could
-// use with any URL: a service token must not be able to send a partner's
-// bearer token and signatures to a host of its own.
+// sent nowhere, so a service token cannot have a partner's bearer token
+// and signatures sent to a host of its own (docs/decisions/credential-allowed-targets.md).
 
 // MaxAllowedTargets bounds a credentials' allowedTargets list.
 const MaxAllowedTargets = 50

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// SubscriptionStatus is a subscription's state (SPEC §10).
+// SubscriptionStatus is a subscription's state: ACTIVE, PENDING_VERIFICATION or DISABLED.
 type SubscriptionStatus string
 
 // Subscription states. Events fan out only to ACTIVE subscriptions.

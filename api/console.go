@@ -31,7 +31,7 @@ var ConsoleFiles, _ = fs.Sub(consoleFiles, "console/static")
 const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// console serves the operator console (SPEC §11) from embedded assets. The
+// console serves the operator console from embedded assets. The
 // static files live under a path named by a hash of their contents, so they
 // are cached for a year and a new build is never served stale.
 type console struct {

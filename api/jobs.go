@@ -119,7 +119,7 @@ func (s *Server) searchJobs(c *gin.Context) {
 	writePage(c, items, page, size, total, last, true)
 }
 
-// parseSearch reads the search filters (SPEC §4) and reports every bad one.
+// parseSearch reads the search filters and reports every bad one.
 // extra names the paging parameters the caller accepts.
 func parseSearch(q url.Values, extra ...string) (dispatch.JobFilter, int, int, error) {
 	var (

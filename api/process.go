@@ -10,7 +10,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// process is the internal processing endpoint (SPEC §6): 200 when the
+// process is the internal processing endpoint: 200 when the
 // pointer is done with (delivered, exhausted, not retryable, duplicate,
 // unknown), 400 {"retryAfterSeconds": n} when it should come back later,
 // 503 when the outcome could not be recorded.
@@ -38,8 +38,8 @@ func (s *Server) process(c *gin.Context) {
 }
 
 // processAnswer is the processing endpoint's body (mediator.ProcessResponse
-// reads it): a struct, as a gin.H map cost a sorted reflection walk per
-// delivery.
+// reads it): a struct, since a gin.H map costs a sorted reflection walk
+// per delivery.
 type processAnswer struct {
 	JobStatus         *string `json:"jobStatus,omitempty"` // set when done
 	Reason            string  `json:"reason"`

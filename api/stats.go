@@ -52,7 +52,7 @@ type statsView struct {
 }
 
 // stats answers the Overview's series: delivery attempts by outcome and
-// latency percentiles per bucket over a window (SPEC §11).
+// latency percentiles per bucket over a window.
 func (s *Server) stats(c *gin.Context) {
 	window, bucket, err := parseStatsQuery(c.Request.URL.Query())
 	if err != nil {

@@ -221,7 +221,7 @@ type eventView struct {
 }
 
 // eventWithJobsView is a published or read event: jobs is always present,
-// [] when no subscription matched (SPEC §10).
+// [] when no subscription matched.
 type eventWithJobsView struct {
 	eventView
 	Jobs []eventJobView `json:"jobs"`

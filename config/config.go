@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Defaults (SPEC §2).
+// Defaults.
 const (
 	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable"
 	DefaultHTTPAddr        = ":8080"

@@ -93,7 +93,7 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		HTTPIdleTimeout: time.Minute,
 		HTTPMaxConns:    1024,
 		AutoMigrate:     true,
-		// 5 days, as Svix (SPEC §10).
+		// 5 days, as Svix.
 		SubscriptionDisableAfter: 120 * time.Hour,
 		MaxFanout:                1000,
 		MaxFanoutBytes:           256 << 20,

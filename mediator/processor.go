@@ -28,7 +28,7 @@ type Store interface {
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 }
 
-// Processor is the processing endpoint's logic (SPEC §6): claim the job,
+// Processor is the processing endpoint's logic: claim the job,
 // consult the host's breaker, sign and send, then record the attempt and the
 // job's new state in one transaction before answering.
 type Processor struct {

@@ -336,7 +336,7 @@ func TestProcessOpenBreaker(t *testing.T) {
 	}
 	got := s.job(t, second.ID)
 	if got.Status != dispatch.StatusFailed || got.AttemptCount != 0 || got.ClaimedUntil != nil {
-		t.Errorf("job %s with %d attempts, claim %v; want FAILED (SPEC §6), no attempt spent, no claim", got.Status, got.AttemptCount, got.ClaimedUntil)
+		t.Errorf("job %s with %d attempts, claim %v; want FAILED, no attempt spent, no claim", got.Status, got.AttemptCount, got.ClaimedUntil)
 	}
 	if as := s.attempts(t, second.ID); len(as) != 0 {
 		t.Errorf("attempts recorded for a job the breaker held back: %+v", as)

@@ -22,7 +22,7 @@ type VerifyStore interface {
 	ApplyHandshake(ctx context.Context, id int64, url string, from dispatch.SubscriptionStatus, reason string) (dispatch.Subscription, bool, error)
 }
 
-// Verifier runs the subscription verification handshake (SPEC §10): a
+// Verifier runs the subscription verification handshake: a
 // signed POST of {"type":"dispatch.verification","challenge":"<random>"} to
 // the subscription's url through the same SSRF-guarded Sender as every
 // delivery. A 2xx answer whose JSON body echoes the challenge makes the
@@ -74,7 +74,7 @@ func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription,
 }
 
 // checkTarget refuses a handshake whose credentials may not be sent to the
-// subscription's url (their allowedTargets, SPEC §7.2). Credentials that
+// subscription's url (their allowedTargets). Credentials that
 // cannot be read are left to handshake, which reports them as its reason.
 func (v *Verifier) checkTarget(ctx context.Context, sub dispatch.Subscription) error {
 	if sub.CredentialsID == 0 {

@@ -32,7 +32,7 @@ const confirmBatch = 500
 const maxHanded = 1000
 
 // FailingSubscriptions disables subscriptions that have failed every
-// delivery for a while (SPEC §10); the publisher's sweep runs it.
+// delivery for a while; the publisher's sweep runs it.
 type FailingSubscriptions interface {
 	DisableFailingSubscriptions(ctx context.Context, now time.Time, after time.Duration) (int64, error)
 }
@@ -52,7 +52,7 @@ type PublisherConfig struct {
 	DisableAfter  time.Duration
 }
 
-// Publisher is the outbox loop (SPEC §4.2): it sends the pointers of due,
+// Publisher is the outbox loop: it sends the pointers of due,
 // unsent jobs, right after they commit (Notify) and on a timer (scheduled
 // jobs, jobs created while the queue was down, jobs the sweep requeued).
 // It is safe to run in every API replica.

@@ -50,8 +50,8 @@ func losingProxy(t *testing.T, upstream string, lose int32) (*httptest.Server, *
 }
 
 // A ReceiveMessage answer lost on the way (the connection breaks after SQS
-// handed the messages out) used to leave its messages invisible for the
-// queue's whole visibility timeout. The router retries under the same
+// handed the messages out) would leave its messages invisible for the
+// queue's whole visibility timeout, had the router not retried. It retries under the same
 // ReceiveRequestAttemptId, so the FIFO queue hands the same messages to
 // the retry at once. Here the answer is lost three times (the SDK's own
 // retries, then the router's), and the messages still arrive well inside

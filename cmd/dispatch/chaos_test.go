@@ -1,6 +1,6 @@
 package main
 
-// Chaos tests (issue 3): each causes a real failure between two steps of
+// Chaos tests: each causes a real failure between two steps of
 // the pipeline — a router killed with SIGKILL, a send that fails, the SQS
 // stand-in stopped and restarted empty, PostgreSQL restarted, SIGTERM under
 // load — and checks that no job is lost. They use private services (their

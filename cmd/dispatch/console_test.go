@@ -369,7 +369,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("with two targets the Delete button of a credentials row sticks out of its card by %.0f px", over)
 	}
 
-	// Events and subscriptions (SPEC §10) with the credentials above.
+	// Events and subscriptions with the credentials above.
 	consoleEventsAndSubscriptions(t, in, b, credID, hs, delivered)
 
 	// A state change without the CSRF token is refused, from the page and

@@ -581,8 +581,7 @@ func decodeJSON(resp *http.Response, v any) error {
 // With the production long-poll wait (20 s), `dispatch api` and `dispatch
 // router` as separate processes deliver a job as soon as it is queued: the
 // router's poll, already waiting, returns on the first message, and retries
-// are spaced by the backoff, not by the poll. (The npm emulator this project
-// used to run held every poll for its full 20 s.)
+// are spaced by the backoff, not by the poll.
 func TestSplitProcessesDeliverPromptlyWithDefaultPollWait(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of hostile input and authentication (issue 4): a few
+// End-to-end tests of hostile input and authentication: a few
 // hundred generated bad requests, the processing endpoint's token, and
 // DISPATCH_INSECURE. Every job target named here is on 127.0.0.1.
 

@@ -1,6 +1,6 @@
 package main
 
-// Proof at scale (issue 7): many jobs in many ordered groups through two API
+// Proof at scale: many jobs in many ordered groups through two API
 // processes and two routers, with random SIGKILLs of both, one restart of the
 // SQS stand-in (its messages lost) and one PostgreSQL restart; and a backlog
 // drained by routers started only after every job was queued. `make test`

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests of secrets at rest, credential rotation and the
-// encryption key's life cycle (SPEC §7.2, issue 4). Every webhook goes to a
+// encryption key's life cycle. Every webhook goes to a
 // receiver on 127.0.0.1.
 
 import (

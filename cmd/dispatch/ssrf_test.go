@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the SSRF guard (SPEC §7.3). Network rule: every
+// End-to-end tests of the SSRF guard. Network rule: every
 // target here is on loopback (127.0.0.0/8 or ::1), so even a broken guard
 // sends nothing off the machine. 10.x, 169.254.x and other ranges are
 // covered by the classification tests in mediator/guard_test.go, never

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end test of credentials bound to their targets (SPEC §7.2): a
+// End-to-end test of credentials bound to their targets: a
 // holder of an ordinary API token cannot make dispatch send a partner's
 // bearer token and signatures anywhere but where an admin allowed them.
 

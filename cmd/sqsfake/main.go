@@ -25,8 +25,8 @@ import (
 func main() {
 	// One P unless the environment says otherwise. The stand-in is light,
 	// and on a small box it shares with PostgreSQL and dispatch a second
-	// P bought only scheduler work: at 200 deliveries/s it used a third
-	// less CPU with one, and under full load no less throughput.
+	// P buys only scheduler work: less CPU per delivery with one, and no
+	// less throughput (docs/benchmarks.md).
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}

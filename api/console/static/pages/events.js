@@ -1,4 +1,4 @@
-// Events and subscriptions (SPEC §10): subscriptions with their status,
+// Events and subscriptions: subscriptions with their status,
 // create/edit, enable/disable/verify, delete; events with search and a
 // detail that shows each job's current status.
 import { h, clear, errorBox, empty, statusChip, fmtTime, ago, toast, prettyPayload } from '../dom.js';
