@@ -12,6 +12,13 @@ BIN    := bin/dispatch
 BENCH  := bin/dispatch-bench
 DEVENV := localstack/devenv.sh
 
+# Stamped into `dispatch version` by `make build` and `make image` (a
+# release sets VERSION=v1.2.3).
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+
 # Settings for `make run` / `make bench`; each can be overridden from the
 # environment or the command line (make run DISPATCH_LOG_FORMAT=json).
 DISPATCH_INSECURE              ?= true
@@ -47,16 +54,19 @@ RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
-.PHONY: help build up down browser run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
+.PHONY: help build image up down browser run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
 
 help: ## List targets
 	@echo "usage: make <target>   (PGPORT=$(PGPORT) SQS_PORT=$(SQS_PORT))"
 	@grep -hE '^[a-zA-Z0-9_/.-]+:.*?## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-build: ## Build bin/dispatch and bin/dispatch-bench
-	go build -o $(BIN) ./cmd/dispatch
+build: ## Build bin/dispatch (version, commit and date stamped) and bin/dispatch-bench
+	go build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dispatch
 	go build -o $(BENCH) ./cmd/dispatch-bench
+
+image: ## Build the container image dispatch:$(VERSION), stamped like `make build`
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) -t dispatch:$(VERSION) .
 
 up: ## Start PostgreSQL (if none answers) and the SQS stand-in (cmd/sqsfake)
 	$(DEVENV) up

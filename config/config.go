@@ -521,6 +521,10 @@ var known = map[string]bool{
 	"DISPATCH_MAX_FANOUT_BYTES":           true,
 }
 
+// otherCommands are variables that commands other than the services read
+// (`dispatch listen`): not a typo in a service's environment.
+var otherCommands = map[string]bool{"DISPATCH_LISTEN_SECRET": true}
+
 // IsSetting reports whether name is a variable Load reads.
 func IsSetting(name string) bool { return known[name] || name == "DATABASE_URL" }
 
@@ -530,7 +534,8 @@ func CheckUnknown(environ []string) error {
 	var errs []error
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "DISPATCH_") && !known[name] && !strings.HasPrefix(name, "DISPATCH_TEST_") && !strings.HasPrefix(name, "DISPATCH_BENCH_") {
+		if strings.HasPrefix(name, "DISPATCH_") && !known[name] && !otherCommands[name] &&
+			!strings.HasPrefix(name, "DISPATCH_TEST_") && !strings.HasPrefix(name, "DISPATCH_BENCH_") {
 			errs = append(errs, fmt.Errorf("  %s is not a dispatch setting (a typo?)", name))
 		}
 	}

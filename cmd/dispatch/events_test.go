@@ -459,7 +459,7 @@ func TestEventsWalkThroughWithListen(t *testing.T) {
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"listen", "--addr", "127.0.0.1:0", "--secret", secrets[0], "--secret", secrets[1]}, nil, out, io.Discard)
+		done <- run(ctx, []string{"listen", "--addr", "127.0.0.1:0"}, []string{"DISPATCH_LISTEN_SECRET=" + secrets[0] + "," + secrets[1]}, out, io.Discard)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	var addr string

@@ -31,42 +31,38 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = `usage: dispatch <command> [flags]
-
-commands:
-  api       HTTP API + processing endpoint + outbox publisher
-  router    message router (long-polls SQS, feeds the pools)
-  all       api and router in one process
-  migrate   apply the database schema and exit
-  rekey     re-encrypt credential secrets under DISPATCH_ENCRYPTION_KEY
-            (the old key in DISPATCH_ENCRYPTION_KEY_PREVIOUS)
-  listen    local webhook receiver that verifies signatures
-  version   print the version
-
-Configuration comes from the environment (see README.md); every setting is
-also a flag that overrides it: DISPATCH_HTTP_ADDR=:9090 or --http-addr=:9090,
-DATABASE_URL or --database-url.`
-
 // run is the whole program; main only adds signals and the exit code.
 func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
 	getenv := envLookup(environ)
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, usage())
 		return errors.New("no command given")
 	}
 	cmd, args := args[0], args[1:]
+	switch {
+	case cmd == "help" && len(args) > 0 && !wantsHelp(args):
+		return printHelp(stdout, args[0])
+	case cmd == "help" || cmd == "--help" || cmd == "-h":
+		fmt.Fprintln(stdout, usage())
+		return nil
+	case wantsHelp(args):
+		if err := printHelp(stdout, cmd); err != nil {
+			fmt.Fprintln(stderr, usage())
+			return err
+		}
+		return nil
+	}
 	switch cmd {
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "dispatch", version)
+		printVersion(stdout)
 		return nil
-	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, usage)
-		return nil
+	case "config":
+		return runConfig(args, environ, stdout)
 	case "listen":
-		return runListen(ctx, args, stdout, stderr)
+		return runListen(ctx, args, getenv, stdout, stderr)
 	case "api", "router", "all", "migrate", "rekey":
 	default:
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, usage())
 		return fmt.Errorf("unknown command %q", cmd)
 	}
 	overrides, err := settingFlags(args)

@@ -1,0 +1,251 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Setting is one variable of the configuration: its name, its default, what
+// it means, which commands read it, and whether its value is a secret.
+// Settings is the one table `dispatch <command> -h` and `dispatch config`
+// print; a test keeps it equal to what Load reads.
+type Setting struct {
+	Name    string
+	Default string
+	Help    string
+	// Commands that read it: "api", "router", "migrate", "rekey", "listen"
+	// (`all` is api and router).
+	Commands []string
+	// Secret values are never printed: tokens and keys wholly, the
+	// password of DATABASE_URL.
+	Secret bool
+	// derived is the value in effect when the variable is not set, when
+	// it depends on other settings.
+	derived func(Config) string
+}
+
+var (
+	apiOnly      = []string{"api"}
+	routerOnly   = []string{"router"}
+	apiAndRouter = []string{"api", "router"}
+	everyService = []string{"api", "router", "migrate", "rekey"}
+)
+
+// Settings lists every variable dispatch reads, grouped as an operator
+// meets them.
+var Settings = []Setting{
+	{Name: "DATABASE_URL", Default: DefaultDatabaseURL, Commands: []string{"api", "migrate", "rekey"}, Secret: true,
+		Help: "PostgreSQL connection URL (pool size: the pools' concurrency + 10, max 64, unless pool_max_conns is set)"},
+	{Name: "DISPATCH_HTTP_ADDR", Default: DefaultHTTPAddr, Commands: apiOnly,
+		Help: "API listener address", derived: func(c Config) string { return c.HTTPAddr }},
+	{Name: "DISPATCH_ROUTER_ADDR", Default: DefaultRouterAddr, Commands: apiAndRouter,
+		Help:    "router health/metrics listener (the API's console reads this host's router pools on its port)",
+		derived: func(c Config) string { return c.RouterAddr }},
+	{Name: "DISPATCH_PUBLIC_URL", Commands: apiOnly,
+		Help: "the URL operators reach dispatch at (https: the console's session cookie is Secure behind a TLS proxy)"},
+	{Name: "DISPATCH_TRUSTED_PROXIES", Commands: apiOnly,
+		Help: "IP addresses/CIDRs of the proxies in front of the API whose X-Forwarded-For/-Proto are believed"},
+
+	{Name: "DISPATCH_QUEUE_URL", Commands: apiAndRouter,
+		Help: "SQS FIFO queue URL; when empty DISPATCH_QUEUE_NAME is looked up"},
+	{Name: "DISPATCH_QUEUE_NAME", Default: DefaultQueueName, Commands: apiAndRouter,
+		Help: "SQS FIFO queue name, looked up when DISPATCH_QUEUE_URL is empty"},
+	{Name: "DISPATCH_QUEUE_CREATE", Default: "false", Commands: apiAndRouter,
+		Help: "create the named queue (FIFO, high throughput) when it does not exist"},
+	{Name: "DISPATCH_SQS_TIMEOUT", Default: dur(DefaultSQSTimeout), Commands: apiAndRouter,
+		Help: "deadline of every SQS call (a receive: its long-poll wait plus this)"},
+	{Name: "DISPATCH_RECEIVE_WAIT", Default: dur(DefaultReceiveWait), Commands: routerOnly,
+		Help: "SQS long-poll wait, 1s-20s"},
+	{Name: "DISPATCH_PROCESS_URL", Default: DefaultProcessURL, Commands: routerOnly,
+		Help: "the processing endpoint the router hands pointers to (`all`: its own API unless set)"},
+	{Name: "DISPATCH_POOLS", Default: DefaultPools, Commands: apiAndRouter,
+		Help: "processing pools, CODE:CONCURRENCY[:RATE_PER_MINUTE], comma-separated"},
+	{Name: "DISPATCH_ROUTER_CONFIG", Commands: apiAndRouter,
+		Help: "YAML/JSON file with processingPools, instead of DISPATCH_POOLS"},
+
+	{Name: "DISPATCH_API_TOKENS", Commands: apiOnly, Secret: true,
+		Help: "bearer tokens for /api/dispatch/*, comma-separated, 16+ characters each"},
+	{Name: "DISPATCH_ADMIN_TOKEN", Commands: apiOnly, Secret: true,
+		Help: "bearer token for /api/admin/* and the console's sign-in"},
+	{Name: "DISPATCH_INTERNAL_TOKEN", Commands: apiAndRouter, Secret: true,
+		Help: "bearer token the router sends to the processing endpoint"},
+	{Name: "DISPATCH_ENCRYPTION_KEY", Commands: []string{"api", "rekey"}, Secret: true,
+		Help: "base64 32-byte key that encrypts credentials' secrets at rest (openssl rand -base64 32)"},
+	{Name: "DISPATCH_ENCRYPTION_KEY_PREVIOUS", Commands: []string{"api", "rekey"}, Secret: true,
+		Help: "the previous key, while `dispatch rekey` re-encrypts under the new one"},
+	{Name: "DISPATCH_INSECURE", Default: "false", Commands: everyService,
+		Help: "true: run without tokens and key (local use only)"},
+
+	{Name: "DISPATCH_ALLOW_PRIVATE_TARGETS", Default: "false", Commands: apiOnly,
+		Help: "allow targets on loopback/private/link-local addresses, and plain http"},
+	{Name: "DISPATCH_ALLOWED_TARGET_CIDRS", Commands: apiOnly,
+		Help: "private ranges to allow anyway, comma-separated CIDRs"},
+	{Name: "DISPATCH_ALLOW_HTTP_TARGETS", Default: "false", Commands: apiOnly,
+		Help: "accept http:// target URLs (https is required otherwise)"},
+	{Name: "DISPATCH_MAX_PAYLOAD", Default: fmt.Sprint(DefaultMaxPayload), Commands: apiOnly,
+		Help: "request body limit in bytes"},
+	{Name: "DISPATCH_MAX_FANOUT", Default: fmt.Sprint(DefaultMaxFanout), Commands: apiOnly,
+		Help: "the most ACTIVE subscriptions one event may match"},
+	{Name: "DISPATCH_MAX_FANOUT_BYTES", Default: fmt.Sprint(DefaultMaxFanoutBytes), Commands: apiOnly,
+		Help: "the most bytes of event data one event may copy into its jobs"},
+
+	{Name: "DISPATCH_RETRY_BASE", Default: dur(DefaultRetryBase), Commands: apiOnly, Help: "retry backoff base"},
+	{Name: "DISPATCH_RETRY_MAX", Default: dur(DefaultRetryMax), Commands: apiOnly, Help: "retry backoff cap"},
+	{Name: "DISPATCH_DELIVERY_TIMEOUT", Default: dur(DefaultDeliveryTimeout), Commands: apiAndRouter,
+		Help: "timeout of one webhook request"},
+	{Name: "DISPATCH_BREAKER_FAILURES", Default: fmt.Sprint(DefaultBreakerFailures), Commands: apiOnly,
+		Help: "failures in a row that open a target host's circuit breaker (0: off)"},
+	{Name: "DISPATCH_BREAKER_OPEN", Default: dur(DefaultBreakerOpen), Commands: apiOnly,
+		Help: "how long an open breaker stays open"},
+	{Name: "DISPATCH_REQUEUE_AFTER", Default: dur(DefaultRequeueAfter), Commands: apiOnly,
+		Help: "how overdue a live job may go before its pointer is sent again"},
+	{Name: "DISPATCH_ROTATION_GRACE", Default: dur(DefaultRotationGrace), Commands: apiOnly,
+		Help: "default grace period of a secret rotation"},
+	{Name: "DISPATCH_SUBSCRIPTION_DISABLE_AFTER", Default: dur(DefaultSubscriptionDisableAfter), Commands: apiOnly,
+		Help: "disable a subscription whose jobs all failed for this long (0: never)"},
+
+	{Name: "DISPATCH_RETENTION", Default: dur(DefaultRetention), Commands: apiOnly,
+		Help: "how long finished jobs, attempts and events are kept (0: forever)"},
+	{Name: "DISPATCH_PARTITION_INTERVAL", Default: dur(DefaultPartitionInterval), Commands: apiOnly,
+		Help: "width of a time partition of the history"},
+	{Name: "DISPATCH_AUTO_MIGRATE", Default: "true", Commands: apiOnly,
+		Help: "apply the schema's migrations at start"},
+	{Name: "DISPATCH_NODE_ID", Commands: apiOnly,
+		Help:    "snowflake node id, 0-1023, distinct per replica (default: derived from host and pid)",
+		derived: func(c Config) string { return fmt.Sprintf("%d (derived from host and pid)", c.NodeID) }},
+
+	{Name: "DISPATCH_SHUTDOWN_TIMEOUT", Default: "DISPATCH_DELIVERY_TIMEOUT + 15s, at least 30s", Commands: apiAndRouter,
+		Help:    "how long in-flight work may finish after SIGTERM",
+		derived: func(c Config) string { return c.ShutdownTimeout.String() }},
+	{Name: "DISPATCH_HTTP_READ_TIMEOUT", Default: dur(DefaultHTTPReadTimeout), Commands: apiAndRouter,
+		Help: "the longest a client may take to send one request"},
+	{Name: "DISPATCH_HTTP_IDLE_TIMEOUT", Default: dur(DefaultHTTPIdleTimeout), Commands: apiAndRouter,
+		Help: "idle keep-alive connections close after this"},
+	{Name: "DISPATCH_HTTP_MAX_CONNS", Default: fmt.Sprint(DefaultHTTPMaxConns), Commands: apiAndRouter,
+		Help: "connections served at once per listener"},
+	{Name: "DISPATCH_LOG_FORMAT", Default: DefaultLogFormat, Commands: everyService, Help: "json or text"},
+	{Name: "DISPATCH_LOG_LEVEL", Default: DefaultLogLevel, Commands: everyService, Help: "debug, info, warn or error"},
+	{Name: "DISPATCH_CPU_PROFILE", Commands: apiAndRouter,
+		Help: "a file to write a pprof CPU profile of the whole run to"},
+
+	{Name: "DISPATCH_LISTEN_SECRET", Commands: []string{"listen"}, Secret: true,
+		Help: "signing secrets `dispatch listen` verifies with, comma-separated (rotation)"},
+}
+
+// dur formats a default duration as it is written: 1h, not 1h0m0s.
+func dur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// SDKSettings are variables the AWS SDK reads for the queue (its standard
+// chain); `dispatch config` shows the ones set, secrets masked.
+var SDKSettings = []Setting{
+	{Name: "AWS_ENDPOINT_URL_SQS", Help: "SQS endpoint (ElasticMQ, LocalStack, the stand-in); unset: real SQS"},
+	{Name: "AWS_REGION", Help: "region"},
+	{Name: "AWS_PROFILE", Help: "shared-config profile"},
+	{Name: "AWS_ACCESS_KEY_ID", Help: "access key id", Secret: true},
+	{Name: "AWS_SECRET_ACCESS_KEY", Help: "secret access key", Secret: true},
+	{Name: "AWS_SESSION_TOKEN", Help: "session token", Secret: true},
+	{Name: "AWS_ROLE_ARN", Help: "role to assume (web identity)"},
+	{Name: "AWS_WEB_IDENTITY_TOKEN_FILE", Help: "web identity token file (EKS IRSA)"},
+}
+
+// Flag is the flag that sets the variable: --http-addr for
+// DISPATCH_HTTP_ADDR, --database-url for DATABASE_URL.
+func (s Setting) Flag() string {
+	return "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.Name, "DISPATCH_")), "_", "-")
+}
+
+// ReadBy reports whether command reads the setting; "all" and "config" are
+// api and router together.
+func (s Setting) ReadBy(command string) bool {
+	for _, c := range s.Commands {
+		if c == command || (command == "all" || command == "config") && (c == "api" || c == "router") {
+			return true
+		}
+	}
+	return false
+}
+
+// SettingsFor returns the settings command reads, in table order.
+func SettingsFor(command string) []Setting {
+	var out []Setting
+	for _, s := range Settings {
+		if s.ReadBy(command) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Value is a setting's value in effect, as `dispatch config` prints it.
+type Value struct {
+	Setting
+	Value  string // masked when the setting is secret
+	Source string // "set" (environment or flag), "default", or "derived"
+}
+
+// Effective returns the value of each of settings in effect under getenv,
+// secrets masked. c, when not nil, is the loaded configuration: it gives
+// the values derived from other settings.
+func Effective(settings []Setting, getenv func(string) string, c *Config) []Value {
+	out := make([]Value, 0, len(settings))
+	for _, s := range settings {
+		v := Value{Setting: s, Value: s.Default, Source: "default"}
+		if raw := strings.TrimSpace(getenv(s.Name)); raw != "" {
+			v.Value, v.Source = s.Mask(raw), "set"
+		} else if s.derived != nil && c != nil {
+			if d := s.derived(*c); d != s.Default {
+				v.Value, v.Source = d, "derived"
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Mask returns value as it may be shown: a secret token or key as ****
+// (each of a list), a URL or connection string with its password masked.
+func (s Setting) Mask(value string) string {
+	if !s.Secret || value == "" {
+		return value
+	}
+	if s.Name == "DATABASE_URL" {
+		return MaskDatabaseURL(value)
+	}
+	parts := strings.Split(value, ",")
+	for i := range parts {
+		parts[i] = "****"
+	}
+	return strings.Join(parts, ",")
+}
+
+var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// MaskDatabaseURL masks the password of a PostgreSQL URL
+// (postgres://user:password@host/db, or ?password=) or keyword/value
+// connection string (password=...).
+func MaskDatabaseURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "****")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "****")
+			u.RawQuery = q.Encode()
+		}
+		return strings.Replace(u.String(), "%2A%2A%2A%2A", "****", -1)
+	}
+	return keywordPassword.ReplaceAllString(raw, "${1}****")
+}
