@@ -97,11 +97,11 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 	}
 	req.Header.Set("Content-Type", j.PayloadContentType)
 	req.Header.Set("User-Agent", s.userAgent)
-	req.Header.Set("X-Dispatch-Job-Id", dispatch.FormatID(j.ID))
-	req.Header.Set("X-Dispatch-Attempt", strconv.Itoa(j.AttemptCount))
+	req.Header.Set(webhook.HeaderJobID, dispatch.FormatID(j.ID))
+	req.Header.Set(webhook.HeaderAttempt, strconv.Itoa(j.AttemptCount))
 	if j.EventID != 0 {
-		req.Header.Set("X-Dispatch-Event-Id", dispatch.FormatID(j.EventID))
-		req.Header.Set("X-Dispatch-Event-Type", j.Type)
+		req.Header.Set(webhook.HeaderEventID, dispatch.FormatID(j.EventID))
+		req.Header.Set(webhook.HeaderEventType, j.Type)
 	}
 	if creds != nil {
 		if creds.BearerToken != "" {

@@ -88,3 +88,42 @@ func ExampleVerifier_VerifyRequest() {
 	// 200 accepted {"test": 2432232314}
 	// 401 invalid signature
 }
+
+// A receiver verifies each request, then acts on each job once: a job keeps
+// its id across retries and redeliveries, so a second arrival is answered
+// 200 and not acted on again.
+func Example_receiver() {
+	const secret = "my-webhook-secret"
+	v := webhook.Verifier{Secrets: []string{secret}}
+	seen := map[string]bool{} // a real receiver keeps this with its data
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		payload, err := v.VerifyRequest(r)
+		if err != nil {
+			http.Error(w, "invalid signature", http.StatusUnauthorized)
+			return
+		}
+		id := r.Header.Get(webhook.HeaderJobID)
+		if seen[id] {
+			fmt.Printf("job %s attempt %s: already done\n", id, r.Header.Get(webhook.HeaderAttempt))
+			return // 200: dispatch stops sending it
+		}
+		seen[id] = true
+		fmt.Printf("job %s attempt %s: %s\n", id, r.Header.Get(webhook.HeaderAttempt), payload)
+	})
+
+	// The same job arriving twice, as after a redelivery.
+	payload := []byte(`{"orderId":"12345"}`)
+	for attempt := 1; attempt <= 2; attempt++ {
+		r := httptest.NewRequest(http.MethodPost, "/webhooks", strings.NewReader(string(payload)))
+		if err := webhook.Sign(r.Header, webhook.Signing{Secret: secret, Timestamp: time.Now()}, payload); err != nil {
+			fmt.Println(err)
+			return
+		}
+		r.Header.Set(webhook.HeaderJobID, "2124332685659275264")
+		r.Header.Set(webhook.HeaderAttempt, fmt.Sprint(attempt))
+		handler.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	// Output:
+	// job 2124332685659275264 attempt 1: {"orderId":"12345"}
+	// job 2124332685659275264 attempt 2: already done
+}

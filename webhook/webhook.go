@@ -17,7 +17,18 @@
 // webhook-signature), so a receiver holding any of them verifies.
 //
 // Receivers use a [Verifier]; the sender uses [Sign], [NewSecret] and
-// [ValidateSecret].
+// [ValidateSecret]. The package needs only the standard library, so a
+// receiver written in Go can import it without the rest of dispatch.
+//
+// # Receiving
+//
+// Verify every request before acting on it, with each secret the receiver
+// holds (two during a rotation). Delivery is at least once: a job keeps its
+// id in [HeaderJobID] (and, with STANDARD_WEBHOOKS, in webhook-id) across
+// retries and redeliveries, so deduplicate on it, and answer 2xx once the
+// delivery is stored. A timeout, a connection error, 408, 425, 429 or 5xx
+// is retried with backoff (Retry-After is honoured); a redirect or another
+// 4xx ends the job as failed. docs/receivers.md has the whole contract.
 package webhook
 
 import (
@@ -83,6 +94,20 @@ const (
 	// HeaderWebhookSignature carries the space-separated STANDARD_WEBHOOKS
 	// signatures ("v1,<base64>"), current secret first.
 	HeaderWebhookSignature = "webhook-signature"
+)
+
+// Headers dispatch sends with every delivery, whatever the scheme.
+const (
+	// HeaderJobID carries the job's id: the same on every attempt and
+	// redelivery of a job (a replay is a new job), so receivers deduplicate
+	// on it.
+	HeaderJobID = "X-Dispatch-Job-Id"
+	// HeaderAttempt carries the attempt's number, from 1.
+	HeaderAttempt = "X-Dispatch-Attempt"
+	// HeaderEventID and HeaderEventType are set when the job was made by
+	// an event's fan-out to a subscription.
+	HeaderEventID   = "X-Dispatch-Event-Id"
+	HeaderEventType = "X-Dispatch-Event-Type"
 )
 
 // TimestampLayout is the FLOWCATALYST timestamp format: UTC, always three

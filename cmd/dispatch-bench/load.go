@@ -301,7 +301,7 @@ func startBenchReceiver(want int, secret string) (*benchReceiver, error) {
 func (rc *benchReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, err := rc.verifier.VerifyRequest(r)
 	at := time.Now()
-	id := r.Header.Get("X-Dispatch-Job-Id")
+	id := r.Header.Get(webhook.HeaderJobID)
 	rc.mu.Lock()
 	rc.deliveries++
 	if err != nil {
