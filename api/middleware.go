@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,11 +112,25 @@ func (s *Server) logRequests(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	s.metrics.requests.WithLabelValues(c.Request.Method, route, http.StatusText(c.Writer.Status())).Inc()
+	took := time.Since(start)
+	method := metricMethod(c.Request.Method)
+	s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(c.Writer.Status())).Inc()
+	s.metrics.duration.WithLabelValues(method, route).Observe(took.Seconds())
 	level := slog.LevelDebug
 	if c.Writer.Status() >= 500 {
 		level = slog.LevelError
 	}
 	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "route", route,
-		"status", c.Writer.Status(), "duration_ms", time.Since(start).Milliseconds())
+		"status", c.Writer.Status(), "duration_ms", took.Milliseconds())
+}
+
+// metricMethod is the method as a metric label: a client's made-up
+// method is "OTHER", so it cannot add series.
+func metricMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }

@@ -232,6 +232,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	}
 	t := dispatch.Transition{Status: dispatch.StatusCompleted}
 	var res dispatch.Decision
+	exhausted := false
 	switch {
 	case d.Status == dispatch.AttemptSuccess:
 		res = dispatch.Decision{Done: true}
@@ -243,6 +244,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		t = dispatch.Transition{Status: dispatch.StatusFailed, LastError: d.Err, NextAttemptAt: d.CompletedAt.Add(delay)}
 		res = dispatch.Decision{RetryAfter: clampDelay(delay), Reason: d.Err}
 	case d.Retryable:
+		exhausted = true
 		t = dispatch.Transition{Status: dispatch.StatusError,
 			LastError: fmt.Sprintf("retries exhausted after %d attempts; last: %s", j.AttemptCount, d.Err)}
 		res = dispatch.Decision{Done: true}
@@ -266,8 +268,11 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		if err == nil {
 			if !applied {
 				log.Warn("attempt recorded, but the claim was taken over meanwhile; job state left to the new holder")
-			} else if j.GroupID != "" && t.Status.Terminal() && p.groupAdvanced != nil {
-				p.groupAdvanced()
+			} else {
+				p.metrics.finish(j, d, t.Status, exhausted)
+				if j.GroupID != "" && t.Status.Terminal() && p.groupAdvanced != nil {
+					p.groupAdvanced()
+				}
 			}
 			break
 		}

@@ -42,7 +42,9 @@ func setupProcessor(t testing.TB, cfg mediator.ProcessorConfig) procSetup {
 	}
 	cfg.DeliveryTimeout = 5 * time.Second
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.Metrics = mediator.NewMetrics(prometheus.NewRegistry())
+	if cfg.Metrics == nil {
+		cfg.Metrics = mediator.NewMetrics(prometheus.NewRegistry())
+	}
 	return procSetup{proc: mediator.NewProcessor(st, cfg), store: st, pool: pool}
 }
 

@@ -38,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(p.inFlight) })
 		f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_router_buffered", Help: "Messages received and waiting for a slot.", ConstLabels: labels},
 			func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(p.buffered) })
+		f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_router_concurrency", Help: "Mediations the pool may run at once (in flight / concurrency is its saturation).", ConstLabels: labels},
+			func() float64 { return float64(p.concurrency) })
 	}
 	return m
 }

@@ -187,6 +187,45 @@ func (q *Queue) VisibilityTimeout(ctx context.Context) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
+// Depth is the queue's message counts, as SQS approximates them.
+type Depth struct {
+	Visible  int64 // ApproximateNumberOfMessages: waiting to be received
+	InFlight int64 // ApproximateNumberOfMessagesNotVisible: received, not deleted
+	Delayed  int64 // ApproximateNumberOfMessagesDelayed
+}
+
+// Depth reads the queue's approximate message counts (one
+// GetQueueAttributes call).
+func (q *Queue) Depth(ctx context.Context) (Depth, error) {
+	url, err := q.URL(ctx)
+	if err != nil {
+		return Depth{}, err
+	}
+	ctx, cancel := q.callCtx(ctx, 0)
+	defer cancel()
+	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed},
+	})
+	if err != nil {
+		return Depth{}, fmt.Errorf("queue: attributes: %w", q.checkMissing(err))
+	}
+	var d Depth
+	for name, n := range map[types.QueueAttributeName]*int64{
+		types.QueueAttributeNameApproximateNumberOfMessages:           &d.Visible,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible: &d.InFlight,
+		types.QueueAttributeNameApproximateNumberOfMessagesDelayed:    &d.Delayed,
+	} {
+		v, err := strconv.ParseInt(out.Attributes[string(name)], 10, 64)
+		if err != nil {
+			return Depth{}, fmt.Errorf("queue: %s %q: %w", name, out.Attributes[string(name)], err)
+		}
+		*n = v
+	}
+	return d, nil
+}
+
 // Ping checks that the queue answers.
 func (q *Queue) Ping(ctx context.Context) error {
 	_, err := q.VisibilityTimeout(ctx)

@@ -327,6 +327,15 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	}
 	stopStartup() // from here on, the API and the router answer on their ports
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
+	// Whether delivery falls behind: the backlog from the database (the
+	// router alone has none) and the queue's depth, read at each scrape.
+	var backlog func(context.Context, time.Time) (dispatch.Backlog, error)
+	if st != nil {
+		backlog = st.Backlog
+	}
+	if err := a.reg.Register(newBacklogCollector(backlog, q.Depth)); err != nil {
+		return err
+	}
 
 	// With a router, the API outlives it (its in-flight mediations still
 	// need the processing endpoint) and stops when it has stopped.
@@ -358,6 +367,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
 		})
 		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
+		if err := a.reg.Register(openBreakersGauge(breakers)); err != nil {
+			return err
+		}
 		processor := mediator.NewProcessor(st, mediator.ProcessorConfig{
 			Sender: sender, Breakers: breakers,
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
@@ -418,7 +430,14 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		})
 		// Bounded like the API's listener: slow or idle clients are cut
 		// off and connections are limited.
-		srv := &http.Server{Handler: rt.Handler(metrics), ReadHeaderTimeout: min(10*time.Second, a.cfg.HTTPReadTimeout),
+		// In `all` the one registry is served once, on the API's
+		// listener: served on both, a scrape of both would count every
+		// series twice. The router alone serves its own.
+		routerMetrics := metrics
+		if withAPI {
+			routerMetrics = nil
+		}
+		srv := &http.Server{Handler: rt.Handler(routerMetrics), ReadHeaderTimeout: min(10*time.Second, a.cfg.HTTPReadTimeout),
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
 		routerHTTP = netutil.LimitListener(routerHTTP, a.cfg.HTTPMaxConns)
 		g.Go(func() error {

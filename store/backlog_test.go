@@ -1,0 +1,150 @@
+package store_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// The backlog counts the live jobs by state and the due ones the outbox
+// has still to send, and dates the longest wait from when its job became
+// due: a scheduled job waits from its time, not its creation, and a
+// retry waits from when it is due again.
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	ctx := t.Context()
+	b, err := st.Backlog(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != (dispatch.Backlog{}) {
+		t.Fatalf("empty store: backlog %+v, want zero", b)
+	}
+
+	jobs := createJobs(t, st, 6) // no hand-off in this Store: all wait for the outbox
+	later := time.Now().Add(time.Hour)
+	createJob(t, st, func(j *dispatch.Job) { j.ScheduledFor = &later })
+	t0 := now()
+	claim(t, st, jobs[0].ID, t0, dispatch.Claimed)                      // IN_PROGRESS
+	failJob(t, st, jobs[1].ID, t0, t0.Add(time.Hour))                   // FAILED, due in an hour
+	completeJob(t, st, jobs[2].ID, t0)                                  // finished
+	failJob(t, st, jobs[3].ID, t0, jobs[0].CreatedAt.Add(-time.Minute)) // FAILED, overdue since before any creation
+
+	b, err = st.Backlog(ctx, t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dispatch.Backlog{Pending: 3, InProgress: 1, Failed: 2, Unsent: 4} // 4, 5 and 3 due; 0 claimed (never sent)
+	got := b
+	got.OldestDue = nil
+	if got != want {
+		t.Errorf("backlog %+v, want %+v", got, want)
+	}
+	if wantDue := jobs[0].CreatedAt.Add(-time.Minute); b.OldestDue == nil || !b.OldestDue.Equal(wantDue) {
+		t.Errorf("oldest due %v, want %v (the overdue retry)", b.OldestDue, wantDue)
+	}
+
+	// Sent to the queue, the due jobs leave the outbox and still wait.
+	if _, err := st.PublishDue(ctx, t0.Add(time.Second), 100, func(due []dispatch.Unsent) ([]int64, error) {
+		ids := make([]int64, len(due))
+		for i, u := range due {
+			ids[i] = u.ID
+		}
+		return ids, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	completeJob(t, st, jobs[3].ID, t0.Add(2*time.Second))
+	b, err = st.Backlog(ctx, t0.Add(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Unsent != 0 || b.Failed != 1 || b.Pending != 3 {
+		t.Errorf("after the send: backlog %+v, want 0 unsent, 1 failed, 3 pending", b)
+	}
+	if b.OldestDue == nil || !b.OldestDue.Equal(jobs[4].CreatedAt) {
+		t.Errorf("oldest due %v, want job 4's creation %v", b.OldestDue, jobs[4].CreatedAt)
+	}
+}
+
+// The backlog reads the live jobs through their indexes: behind a long
+// finished history, its statement scans no partition of dispatch_job.
+func TestBacklogReadsOnlyLiveJobs(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	ctx := t.Context()
+	for range 40 {
+		createJobs(t, st, 100)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE dispatch_job SET status = 'COMPLETED', completed_at = now(), queued_at = now()
+		WHERE id IN (SELECT id FROM dispatch_job ORDER BY id OFFSET 50)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+store.BacklogQuery, time.Now()).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var filled []string // the partitions holding the jobs
+	rows, err := tx.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM dispatch_job`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		filled = append(filled, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["Node Type"] == "Seq Scan" && slices.Contains(filled, fmt.Sprint(v["Relation Name"])) {
+				t.Errorf("the backlog statement scans %s, which holds the history", v["Relation Name"])
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	var doc any
+	if err := json.Unmarshal(plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	walk(doc)
+	if t.Failed() {
+		t.Logf("plan:\n%s", plan)
+	}
+	b, err := st.Backlog(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Pending != 50 || b.Unsent != 50 {
+		t.Errorf("backlog %+v, want 50 pending and unsent", b)
+	}
+}

@@ -1,0 +1,4 @@
+package store
+
+// BacklogQuery is the metrics' backlog statement, for EXPLAIN.
+const BacklogQuery = backlogQuery
