@@ -65,6 +65,14 @@ const (
 	DefaultMaxFanoutBytes = 256 << 20
 )
 
+// InsecureHTTPAddr and InsecureRouterAddr are the listeners of
+// DISPATCH_INSECURE=true when none is given: loopback only, so routes
+// without tokens are not open to the network.
+const (
+	InsecureHTTPAddr   = "127.0.0.1:8080"
+	InsecureRouterAddr = "127.0.0.1:8081"
+)
+
 // Pool is one processing pool of the router.
 type Pool struct {
 	Code               string `yaml:"code" json:"code"`
@@ -186,6 +194,14 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxFanoutBytes:           int64(r.int("DISPATCH_MAX_FANOUT_BYTES", DefaultMaxFanoutBytes, 1<<20, 64<<30)),
 	}
 	c.ProcessURLSet = r.str("DISPATCH_PROCESS_URL", "") != ""
+	if c.Insecure { // local use: loopback unless an address is given
+		if r.str("DISPATCH_HTTP_ADDR", "") == "" {
+			c.HTTPAddr = InsecureHTTPAddr
+		}
+		if r.str("DISPATCH_ROUTER_ADDR", "") == "" {
+			c.RouterAddr = InsecureRouterAddr
+		}
+	}
 	c.EncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY")
 	c.PreviousEncryptionKey = r.key("DISPATCH_ENCRYPTION_KEY_PREVIOUS")
 	c.AllowedTargetCIDRs = r.cidrs("DISPATCH_ALLOWED_TARGET_CIDRS")

@@ -68,8 +68,8 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 	c := mustLoad(t, insecure(nil))
 	want := config.Config{
 		DatabaseURL:     "postgres://postgres@127.0.0.1:5432/dispatch?sslmode=disable",
-		HTTPAddr:        ":8080",
-		RouterAddr:      ":8081",
+		HTTPAddr:        "127.0.0.1:8080", // insecure mode: loopback
+		RouterAddr:      "127.0.0.1:8081",
 		QueueName:       "dispatch.fifo",
 		ProcessURL:      "http://127.0.0.1:8080/api/dispatch/process",
 		Pools:           []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}},
@@ -97,6 +97,8 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		SubscriptionDisableAfter: 120 * time.Hour,
 		MaxFanout:                1000,
 		MaxFanoutBytes:           256 << 20,
+		Retention:                720 * time.Hour,
+		PartitionInterval:        24 * time.Hour,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)

@@ -39,9 +39,9 @@ var (
 var Settings = []Setting{
 	{Name: "DATABASE_URL", Default: DefaultDatabaseURL, Commands: []string{"api", "migrate", "rekey"}, Secret: true,
 		Help: "PostgreSQL connection URL (pool size: the pools' concurrency + 10, max 64, unless pool_max_conns is set)"},
-	{Name: "DISPATCH_HTTP_ADDR", Default: DefaultHTTPAddr, Commands: apiOnly,
+	{Name: "DISPATCH_HTTP_ADDR", Default: DefaultHTTPAddr + " (" + InsecureHTTPAddr + " with DISPATCH_INSECURE=true)", Commands: apiOnly,
 		Help: "API listener address", derived: func(c Config) string { return c.HTTPAddr }},
-	{Name: "DISPATCH_ROUTER_ADDR", Default: DefaultRouterAddr, Commands: apiAndRouter,
+	{Name: "DISPATCH_ROUTER_ADDR", Default: DefaultRouterAddr + " (" + InsecureRouterAddr + " with DISPATCH_INSECURE=true)", Commands: apiAndRouter,
 		Help:    "router health/metrics listener (the API's console reads this host's router pools on its port)",
 		derived: func(c Config) string { return c.RouterAddr }},
 	{Name: "DISPATCH_PUBLIC_URL", Commands: apiOnly,
