@@ -27,6 +27,10 @@ type QueueConfig struct {
 	URL    string // used as is when set
 	Name   string // looked up (and created when Create) when URL is empty
 	Create bool
+	// VisibilityTimeout is the visibility timeout of a queue Create makes
+	// (0: DefaultVisibilityTimeout); give it the mediation timeout, so a
+	// message in flight comes back only after its mediation has ended.
+	VisibilityTimeout time.Duration
 	// Endpoint overrides the SDK's endpoint chain (tests); normally the
 	// SDK reads AWS_ENDPOINT_URL_SQS itself.
 	Endpoint string
@@ -38,6 +42,31 @@ type QueueConfig struct {
 
 // DefaultCallTimeout bounds one SQS call when QueueConfig.CallTimeout is 0.
 const DefaultCallTimeout = 10 * time.Second
+
+// DefaultVisibilityTimeout is the visibility timeout of a queue Create
+// makes when QueueConfig.VisibilityTimeout is 0.
+const DefaultVisibilityTimeout = 60 * time.Second
+
+// CreateAttributes are the attributes of the queue QueueConfig.Create
+// makes: FIFO in high-throughput mode (deduplication and the throughput
+// limit per message group: dispatch sends every job to its own group
+// unless it has a groupId, and a job id never repeats), encrypted with
+// SQS-managed keys, pointers kept for SQS's maximum of 14 days.
+func CreateAttributes(visibility time.Duration) map[string]string {
+	if visibility <= 0 {
+		visibility = DefaultVisibilityTimeout
+	}
+	secs := min(int((visibility+time.Second-1)/time.Second), 43200) // SQS's maximum, 12 hours
+	return map[string]string{
+		"FifoQueue":                 "true",
+		"ContentBasedDeduplication": "false",
+		"DeduplicationScope":        "messageGroup",
+		"FifoThroughputLimit":       "perMessageGroupId",
+		"VisibilityTimeout":         strconv.Itoa(secs),
+		"MessageRetentionPeriod":    "1209600",
+		"SqsManagedSseEnabled":      "true",
+	}
+}
 
 // maxReceiveWait is SQS's longest long-poll wait.
 const maxReceiveWait = 20 * time.Second
@@ -135,12 +164,8 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("queue: look up %s: %w", q.cfg.Name, err)
 	}
 	created, err := q.api.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName: aws.String(q.cfg.Name),
-		Attributes: map[string]string{
-			"FifoQueue":                 "true",
-			"ContentBasedDeduplication": "false",
-			"VisibilityTimeout":         "60",
-		},
+		QueueName:  aws.String(q.cfg.Name),
+		Attributes: CreateAttributes(q.cfg.VisibilityTimeout),
 	})
 	if err != nil {
 		return "", fmt.Errorf("queue: create %s: %w", q.cfg.Name, err)

@@ -321,7 +321,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 	}
 	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
-		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout})
+		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout,
+		VisibilityTimeout: a.cfg.DeliveryTimeout + 30*time.Second}) // a queue it creates outlasts a mediation
 	if err != nil {
 		return err
 	}
