@@ -374,19 +374,25 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			return nil
 		}
 		rows, err = tx.Query(ctx, `
-			INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
-				protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
-				retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id)
-			SELECT m.job_id, $1, $1, $2, $3, m.group_id, m.url, 'HTTP_WEBHOOK', m.headers, $4,
-				'application/json', m.credentials_id, 'PENDING', m.max_retries, m.retry_strategy,
-				$5::text || ':' || m.sub_id::text,
-				$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', m.sub_id::text),
-				$1, $7, m.sub_id
-			FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[])
-				AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy)
-			ORDER BY m.job_id
-			RETURNING id, subscription_id, status`,
-			now, e.Source, e.Type, e.Data, dispatch.FormatID(out.ID), metadata, out.ID,
+			WITH j AS (
+				INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
+					protocol, headers, payload_content_type, credentials_id, status, max_retries,
+					retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id)
+				SELECT m.job_id, $1, $1, $2, $3, m.group_id, m.url, 'HTTP_WEBHOOK', m.headers,
+					'application/json', m.credentials_id, 'PENDING', m.max_retries, m.retry_strategy,
+					$5::text || ':' || m.sub_id::text,
+					$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', m.sub_id::text),
+					$1, $7, m.sub_id
+				FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[])
+					AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy)
+				ORDER BY m.job_id
+				RETURNING id, subscription_id, status
+			), p AS (
+				-- each job's payload, written once (see jobCols)
+				INSERT INTO dispatch_payload (job_id, body) SELECT id, $4::bytea FROM j
+			)
+			SELECT id, subscription_id, status FROM j ORDER BY id`,
+			now, e.Source, e.Type, packPayload(e.Data), dispatch.FormatID(out.ID), metadata, out.ID,
 			fan.jobIDs, fan.subIDs, fan.groups, fan.urls, fan.headers, fan.creds, fan.maxRetries, fan.retries)
 		if err != nil {
 			return err

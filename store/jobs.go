@@ -21,20 +21,37 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
 	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id, seq`
 
+// jobCols is jobColumns read through alias (a table name or alias of
+// dispatch_job), with the payload taken from dispatch_payload: a job's
+// payload is written there once, so that the updates of its row do not
+// copy it. Jobs stored before that keep it in their row.
+func jobCols(alias string) string {
+	cols := qualified(alias, jobColumns)
+	return strings.Replace(cols, alias+".payload,",
+		alias+".payload, (SELECT p.body FROM dispatch_payload p WHERE p.job_id = "+alias+".id),", 1)
+}
+
 func scanJob(row pgx.Row) (dispatch.Job, error) {
 	var (
 		j                                     dispatch.Job
 		externalID, groupID, lastErr, idemKey *string
 		credID, replayOf, eventID, subID, seq *int64
 		nextAt                                time.Time
+		inRow                                 *string // a payload stored before dispatch_payload
+		body                                  []byte
 	)
 	err := row.Scan(&j.ID, &externalID, &j.CreatedAt, &j.UpdatedAt, &j.Source, &j.Type, &groupID,
-		&j.TargetURL, &j.Protocol, &j.Headers, &j.Payload, &j.PayloadContentType, &credID,
+		&j.TargetURL, &j.Protocol, &j.Headers, &inRow, &body, &j.PayloadContentType, &credID,
 		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
 		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
 		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID, &seq)
 	if err != nil {
 		return j, err
+	}
+	if inRow != nil {
+		j.Payload = *inRow
+	} else if j.Payload, err = openPayload(body); err != nil {
+		return j, fmt.Errorf("job %d: %w", j.ID, err)
 	}
 	j.ExternalID, j.GroupID, j.LastError, j.IdempotencyKey = deref(externalID), deref(groupID), deref(lastErr), deref(idemKey)
 	j.CredentialsID, j.ReplayOf = derefInt(credID), derefInt(replayOf)
@@ -344,19 +361,20 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	}
 	s.idMu.Unlock()
 	var (
-		externalIDs, groupIDs, idemKeys           = make([]*string, n), make([]*string, n), make([]*string, n)
-		sources, types, targets, protocols        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		headers, payloads, contentTypes, metadata = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		strategies                                = make([]string, n)
-		credIDs, replayOfs, eventIDs, subIDs      = make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
-		maxRetries                                = make([]int32, n)
-		scheduled, expires                        = make([]*time.Time, n), make([]*time.Time, n)
-		nexts                                     = make([]time.Time, n)
+		externalIDs, groupIDs, idemKeys      = make([]*string, n), make([]*string, n), make([]*string, n)
+		sources, types, targets, protocols   = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		headers, contentTypes, metadata      = make([]string, n), make([]string, n), make([]string, n)
+		bodies                               = make([][]byte, n)
+		strategies                           = make([]string, n)
+		credIDs, replayOfs, eventIDs, subIDs = make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		maxRetries                           = make([]int32, n)
+		scheduled, expires                   = make([]*time.Time, n), make([]*time.Time, n)
+		nexts                                = make([]time.Time, n)
 	)
 	for i, j := range jobs {
 		externalIDs[i], groupIDs[i], idemKeys[i] = nullStr(j.ExternalID), nullStr(j.GroupID), nullStr(j.IdempotencyKey)
 		sources[i], types[i], targets[i], protocols[i] = j.Source, j.Type, j.TargetURL, j.Protocol
-		payloads[i], contentTypes[i], strategies[i] = j.Payload, j.PayloadContentType, string(j.RetryStrategy)
+		bodies[i], contentTypes[i], strategies[i] = packPayload(j.Payload), j.PayloadContentType, string(j.RetryStrategy)
 		credIDs[i], replayOfs[i] = nullInt(j.CredentialsID), nullInt(j.ReplayOf)
 		eventIDs[i], subIDs[i] = nullInt(j.EventID), nullInt(j.SubscriptionID)
 		maxRetries[i] = int32(j.MaxRetries)
@@ -378,7 +396,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	rows, err := q.Query(ctx, `
 		WITH i AS (
 			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-				$9::text[], $10::text[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
+				$9::text[], $10::bytea[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 				$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
 				$22::bigint[])
 			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
@@ -389,20 +407,25 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
 			ON CONFLICT DO NOTHING
 			RETURNING job_id
+		), j AS (
+			INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
+				target_url, protocol, headers, payload_content_type, credentials_id, status,
+				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
+				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease)
+			SELECT id, external_id, $1, $1, source, type, group_id,
+				target_url, protocol, headers::jsonb, payload_content_type, credentials_id, 'PENDING',
+				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
+				replay_of, next_attempt_at, event_id, subscription_id,
+				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
+				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END
+			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
+			RETURNING id, queued_at, seq
+		), p AS (
+			-- the payload, written once (see jobCols)
+			INSERT INTO dispatch_payload (job_id, body) SELECT i.id, i.payload FROM i JOIN j ON j.id = i.id
 		)
-		INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
-			target_url, protocol, headers, payload, payload_content_type, credentials_id, status,
-			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-			replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease)
-		SELECT id, external_id, $1, $1, source, type, group_id,
-			target_url, protocol, headers::jsonb, payload, payload_content_type, credentials_id, 'PENDING',
-			max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
-			replay_of, next_attempt_at, event_id, subscription_id,
-			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
-			CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END
-		FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
-		RETURNING id, queued_at, seq`,
-		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, payloads, contentTypes,
+		SELECT id, queued_at, seq FROM j`,
+		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, bodies, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
 		markQueued, now.Add(s.sendLease))
 	if err != nil {
@@ -470,7 +493,7 @@ func (s *Store) jobsByKey(ctx context.Context, q querier, keys []string) ([]disp
 			return nil, err
 		}
 	}
-	rows, err := q.Query(ctx, `SELECT `+qualified("j", jobColumns)+`
+	rows, err := q.Query(ctx, `SELECT `+jobCols("j")+`
 		FROM dispatch_job_key k JOIN dispatch_job j ON j.id = k.job_id WHERE k.idempotency_key = ANY($1)`, keys)
 	if err != nil {
 		return nil, err
@@ -489,7 +512,7 @@ func jsonObject(m map[string]string) (string, error) {
 
 // GetJob returns a job by id.
 func (s *Store) GetJob(ctx context.Context, id int64) (dispatch.Job, error) {
-	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1`, id))
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return j, notFound("job", id)
 	}
@@ -540,7 +563,7 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 // SearchJobs returns one page of matching jobs, newest first, and the total.
 func (s *Store) SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error) {
 	where, args := filterWhere(f)
-	jobs, total, err := newestPage(ctx, s, "dispatch_job", jobColumns, where, args, page, size,
+	jobs, total, err := newestPage(ctx, s, "dispatch_job", jobCols("dispatch_job"), where, args, page, size,
 		func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search jobs: %w", err)
@@ -575,7 +598,7 @@ func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
 		UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
 			last_error = 'cancelled', claimed_until = NULL
 		WHERE id = $1 AND status IN ('PENDING', 'FAILED')
-		RETURNING `+jobColumns, id))
+		RETURNING `+jobCols("dispatch_job"), id))
 	if err == nil {
 		return j, nil
 	}
@@ -601,7 +624,7 @@ func (s *Store) ReplayJob(ctx context.Context, id int64) (dispatch.Job, error) {
 }
 
 func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, error) {
-	orig, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1`, id))
+	orig, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return orig, notFound("job", id)
 	}

@@ -29,7 +29,7 @@ const MinPartitionInterval = time.Minute
 
 // partitioned are the partitioned tables, each with how its rows name the
 // id that places them.
-var partitioned = []string{"dispatch_job", "dispatch_attempt", "dispatch_event"}
+var partitioned = []string{"dispatch_job", "dispatch_attempt", "dispatch_payload", "dispatch_event"}
 
 // historyLock is the advisory lock key under which one replica at a time
 // creates and drops partitions.
@@ -160,6 +160,11 @@ func createPartition(ctx context.Context, conn *pgx.Conn, parent, name string, l
 			ident, parent, parent, ident, lo, hi)); err != nil {
 			return err
 		}
+		if parent == "dispatch_job" {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(jobSearchIndexes, "$p", ident)); err != nil {
+				return err
+			}
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO dispatch_partition (name, parent, lo, hi, from_time, to_time) VALUES ($1,$2,$3,$4,$5,$6)`,
 			name, parent, lo, hi, from, to)
 		return err
@@ -212,13 +217,18 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 			SELECT ctid FROM dispatch_job_key WHERE job_id >= $1 AND job_id < $2 LIMIT 5000))`, lo, *p.hi); err != nil {
 			return dropped, held, err
 		}
-		var attemptPart string
-		err := conn.QueryRow(ctx, `SELECT name FROM dispatch_partition WHERE parent = 'dispatch_attempt' AND hi = $1`, *p.hi).Scan(&attemptPart)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return dropped, held, err
-		}
-		if attemptPart != "" {
-			if err := dropPartition(ctx, conn, "dispatch_attempt", attemptPart); err != nil {
+		// The job's attempts and payloads are partitioned with it, on the
+		// same bounds.
+		for _, with := range []string{"dispatch_attempt", "dispatch_payload"} {
+			var part string
+			err := conn.QueryRow(ctx, `SELECT name FROM dispatch_partition WHERE parent = $1 AND hi = $2`, with, *p.hi).Scan(&part)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return dropped, held, err
+			}
+			if err := dropPartition(ctx, conn, with, part); err != nil {
 				return dropped, held, err
 			}
 			dropped++
@@ -324,6 +334,20 @@ func finishPendingDetaches(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// jobSearchIndexes are the console's search indexes of one job partition
+// ($p). Ascending by id: a new job's entry lands after every older entry of
+// its key, where a page split leaves the left page full (a descending
+// index took each new entry at the front of its key's range and split
+// pages in halves). Searches read them backwards, newest first. The status
+// index leaves out COMPLETED jobs, most of any history: a delivery then
+// adds two entries to it, not three, and a search for COMPLETED jobs
+// finds them newest first by primary key.
+const jobSearchIndexes = `
+	CREATE INDEX ON $p (status, id) WHERE status <> 'COMPLETED';
+	CREATE INDEX ON $p (source, id);
+	CREATE INDEX ON $p (type, id);
+	CREATE INDEX ON $p (group_id, id) WHERE group_id IS NOT NULL`
+
 // noPartition reports whether err is an insert's "no partition of relation
 // … found for row": the upkeep has not created the partition yet (a new
 // database, or upkeep that has failed for longer than it creates ahead).
@@ -392,7 +416,7 @@ func (s *Store) Storage(ctx context.Context) (dispatch.Storage, error) {
 			LEFT JOIN pg_class c ON c.oid = t.name::regclass
 				OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = t.name::regclass)
 			GROUP BY t.name ORDER BY t.name`,
-			[]string{"dispatch_job", "dispatch_attempt", "dispatch_event", "dispatch_job_key", "dispatch_event_key", "dispatch_subscription", "dispatch_credentials"})
+			[]string{"dispatch_job", "dispatch_attempt", "dispatch_payload", "dispatch_event", "dispatch_job_key", "dispatch_event_key", "dispatch_subscription", "dispatch_credentials"})
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	// Anything else is decided under a row lock: why not, and what then.
 	c := dispatch.Claim{}
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM dispatch_job WHERE id = $1 FOR UPDATE`, id))
+		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = $1 FOR UPDATE OF dispatch_job`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.State = dispatch.ClaimMissing
 			return nil
@@ -101,7 +101,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		c.Job, err = scanJob(tx.QueryRow(ctx, `
 			UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
 				last_attempt_at = $2, claimed_until = $3, updated_at = $2, send_lease = NULL
-			WHERE id = $1 RETURNING `+jobColumns, j.ID, now, now.Add(lease)))
+			WHERE id = $1 RETURNING `+jobCols("dispatch_job"), j.ID, now, now.Add(lease)))
 		c.State = dispatch.Claimed
 		return err
 	})
@@ -162,7 +162,7 @@ var claimManySQL = `
 		AND (j.group_id IS NULL OR NOT EXISTS (
 			SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.seq < j.seq
 				AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
-	RETURNING ` + qualified("j", jobColumns)
+	RETURNING ` + jobCols("j")
 
 // claimMany is the fast-path statement for a batch of distinct jobs.
 //
@@ -281,7 +281,7 @@ func finishJob(ctx context.Context, tx pgx.Tx, id int64, st dispatch.Status, now
 	return scanJob(tx.QueryRow(ctx, `
 		UPDATE dispatch_job SET status = $2, completed_at = $3, updated_at = $3, last_error = $4,
 			claimed_until = NULL
-		WHERE id = $1 RETURNING `+jobColumns, id, string(st), now, lastErr))
+		WHERE id = $1 RETURNING `+jobCols("dispatch_job"), id, string(st), now, lastErr))
 }
 
 func insertAttempt(ctx context.Context, tx pgx.Tx, id int64, a dispatch.Attempt, replace bool) error {

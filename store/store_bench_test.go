@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -189,13 +190,7 @@ func BenchmarkBytesPerDelivery(b *testing.B) {
 	st, pool, _ := storetest.New(b, store.Options{NodeID: 1})
 	st.HandOffTo(stuckHandoff{})
 	ctx := b.Context()
-	// 1 KiB of JSON that compresses as real payloads do (not a run of one
-	// letter): hex digits of a fixed pseudo-random sequence.
-	var sb strings.Builder
-	for i := range 500 {
-		fmt.Fprintf(&sb, "%02x", (i*7919+13)%251)
-	}
-	payload := `{"order":{"id":"` + sb.String()[:1000] + `"}}`
+	payload := orderPayload(1024)
 	size := func() (tables, wal int64) {
 		b.Helper()
 		if err := pool.QueryRow(ctx, `
@@ -254,4 +249,30 @@ func BenchmarkBytesPerDelivery(b *testing.B) {
 	}
 	b.ReportMetric(float64(t1-t0)/float64(n), "table-B/delivery")
 	b.ReportMetric(float64(w1-w0)/float64(n), "wal-B/delivery")
+}
+
+// orderPayload is a webhook payload of about n bytes that compresses as
+// real ones do: an order with line items, its field names repeating and
+// its values (ids, skus, names, amounts) random.
+func orderPayload(n int) string {
+	rng := rand.New(rand.NewPCG(7, 11))
+	word := func(k int) string {
+		const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = letters[rng.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `{"id":"evt_%s","type":"order.created","created":"2026-11-25T09:%02d:%02d.%03dZ","data":{"order":{"id":"ord_%s","customer":{"id":"cus_%s","email":"%s@%s.example","name":"%s %s"},"items":[`,
+		word(24), rng.IntN(60), rng.IntN(60), rng.IntN(1000), word(20), word(14), word(10), word(8), word(7), word(9))
+	for i := 0; sb.Len() < n-40; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"sku":"%s","quantity":%d,"unitPrice":%d.%02d}`, word(12), 1+rng.IntN(9), rng.IntN(500), rng.IntN(100))
+	}
+	fmt.Fprintf(&sb, `],"total":%d.%02d}}}`, rng.IntN(5000), rng.IntN(100))
+	return sb.String()
 }
