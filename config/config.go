@@ -112,7 +112,8 @@ type Config struct {
 	LogFormat             string
 	LogLevel              string
 	// CPUProfile, when set, is a file the process writes a pprof CPU profile
-	// of its whole run to (dispatch bench -split -cpuprofile uses it).
+	// of its whole run to (dispatch-bench -cpuprofile sets it for the
+	// processes it starts).
 	CPUProfile      string
 	ShutdownTimeout time.Duration
 	RequeueAfter    time.Duration

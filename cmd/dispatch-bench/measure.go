@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What `dispatch bench` measures besides throughput and latency: the CPU of
+// What dispatch-bench measures besides throughput and latency: the CPU of
 // the whole box and of each process that takes part, and what PostgreSQL did
 // per delivery. Everything is read from /proc and from PostgreSQL's own
 // statistics views; nothing here changes how the service runs.
