@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -31,4 +33,30 @@ func CreatesWaiting(s *Store) int {
 	s.creates.mu.Lock()
 	defer s.creates.mu.Unlock()
 	return len(s.creates.queue)
+}
+
+// StartHistoryAt makes an empty database's partitions begin at t instead of
+// at its creation, so that a test or benchmark can seed a past: the legacy
+// partitions (empty) are replaced by ones ending at t, and the upkeep is
+// run once a day from t to now.
+func StartHistoryAt(ctx context.Context, s *Store, t time.Time, interval time.Duration) error {
+	hi := IDAt(t)
+	for _, parent := range partitioned {
+		legacy := parent + "_legacy"
+		if _, err := s.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE %s; DELETE FROM dispatch_partition WHERE parent = '%s';
+			CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (MINVALUE) TO (%d)`, legacy, parent, legacy, parent, hi)); err != nil {
+			return err
+		}
+		if _, err := s.pool.Exec(ctx, `INSERT INTO dispatch_partition (name, parent, lo, hi, from_time, to_time) VALUES ($1, $2, NULL, $3, NULL, $4)`,
+			legacy, parent, hi, t); err != nil {
+			return err
+		}
+	}
+	for day := t; day.Before(time.Now()); day = day.Add(24 * time.Hour) {
+		if _, err := s.MaintainHistory(ctx, day, History{Interval: interval}); err != nil {
+			return err
+		}
+	}
+	_, err := s.MaintainHistory(ctx, time.Now(), History{Interval: interval})
+	return err
 }
