@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -513,34 +514,24 @@ func (r *reader) pools() []Pool {
 	return pools
 }
 
-// known lists every DISPATCH_* variable Load reads.
-var known = map[string]bool{
-	"DISPATCH_HTTP_ADDR": true, "DISPATCH_ROUTER_ADDR": true, "DISPATCH_QUEUE_URL": true,
-	"DISPATCH_QUEUE_NAME": true, "DISPATCH_QUEUE_CREATE": true, "DISPATCH_PROCESS_URL": true,
-	"DISPATCH_POOLS": true, "DISPATCH_ROUTER_CONFIG": true, "DISPATCH_API_TOKENS": true,
-	"DISPATCH_ADMIN_TOKEN": true, "DISPATCH_INTERNAL_TOKEN": true, "DISPATCH_INSECURE": true,
-	"DISPATCH_ENCRYPTION_KEY": true, "DISPATCH_ENCRYPTION_KEY_PREVIOUS": true,
-	"DISPATCH_ALLOW_PRIVATE_TARGETS": true, "DISPATCH_ALLOWED_TARGET_CIDRS": true,
-	"DISPATCH_ALLOW_HTTP_TARGETS": true, "DISPATCH_RETRY_BASE": true, "DISPATCH_RETRY_MAX": true,
-	"DISPATCH_DELIVERY_TIMEOUT": true, "DISPATCH_MAX_PAYLOAD": true, "DISPATCH_NODE_ID": true,
-	"DISPATCH_LOG_FORMAT": true, "DISPATCH_LOG_LEVEL": true, "DISPATCH_SHUTDOWN_TIMEOUT": true,
-	"DISPATCH_REQUEUE_AFTER": true, "DISPATCH_RECEIVE_WAIT": true, "DISPATCH_ROTATION_GRACE": true,
-	"DISPATCH_BREAKER_FAILURES": true, "DISPATCH_BREAKER_OPEN": true, "DISPATCH_AUTO_MIGRATE": true,
-	"DISPATCH_SQS_TIMEOUT": true, "DISPATCH_HTTP_READ_TIMEOUT": true, "DISPATCH_HTTP_IDLE_TIMEOUT": true,
-	"DISPATCH_HTTP_MAX_CONNS":             true,
-	"DISPATCH_SUBSCRIPTION_DISABLE_AFTER": true,
-	"DISPATCH_CPU_PROFILE":                true,
-	"DISPATCH_PUBLIC_URL":                 true,
-	"DISPATCH_TRUSTED_PROXIES":            true,
-	"DISPATCH_MAX_FANOUT":                 true,
-	"DISPATCH_RETENTION":                  true,
-	"DISPATCH_PARTITION_INTERVAL":         true,
-	"DISPATCH_MAX_FANOUT_BYTES":           true,
-}
+// known is every variable Load reads, and otherCommands those that only
+// commands other than the services read (`dispatch listen`): not a typo in
+// a service's environment. Both come from the settings table.
+var known, otherCommands = settingNames()
 
-// otherCommands are variables that commands other than the services read
-// (`dispatch listen`): not a typo in a service's environment.
-var otherCommands = map[string]bool{"DISPATCH_LISTEN_SECRET": true}
+// settingNames splits Settings into the variables a service command reads
+// and the rest.
+func settingNames() (services, others map[string]bool) {
+	services, others = map[string]bool{}, map[string]bool{}
+	for _, s := range Settings {
+		if slices.ContainsFunc(s.Commands, func(c string) bool { return c != "listen" }) {
+			services[s.Name] = true
+		} else {
+			others[s.Name] = true
+		}
+	}
+	return services, others
+}
 
 // IsSetting reports whether name is a variable Load reads.
 func IsSetting(name string) bool { return known[name] || name == "DATABASE_URL" }

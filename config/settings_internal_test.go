@@ -1,12 +1,18 @@
 package config
 
 import (
+	"fmt"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
-// The table that -h and `dispatch config` print is what Load reads.
+// The table that -h, `dispatch config` and docs/configuration.md print is
+// what Load reads: every variable Load asks for is listed as read by a
+// service command, and every variable so listed is asked for.
 func TestSettingsTableIsWhatLoadReads(t *testing.T) {
 	listed := map[string]bool{}
 	for _, s := range Settings {
@@ -17,17 +23,67 @@ func TestSettingsTableIsWhatLoadReads(t *testing.T) {
 		if s.Help == "" || len(s.Commands) == 0 {
 			t.Errorf("%s has no help or no command", s.Name)
 		}
-		if !IsSetting(s.Name) && !otherCommands[s.Name] {
-			t.Errorf("%s is listed but Load does not read it", s.Name)
+	}
+	read := map[string]bool{}
+	_, _ = Load(func(name string) string { read[name] = true; return "" })
+	for name := range read {
+		if !known[name] {
+			t.Errorf("Load reads %s but the settings table does not list it as read by api, router, migrate or rekey", name)
 		}
 	}
 	for name := range known {
-		if !listed[name] {
-			t.Errorf("Load reads %s but the settings table does not list it", name)
+		if !read[name] {
+			t.Errorf("the settings table lists %s as read by a service, but Load does not read it", name)
 		}
 	}
-	if !listed["DATABASE_URL"] {
-		t.Error("DATABASE_URL is not listed")
+}
+
+// The ranges the table states as "low–high" are Load's: both ends load,
+// one step beyond either is refused, naming the variable.
+func TestSettingsTableRangesAreLoadsRanges(t *testing.T) {
+	bounds := regexp.MustCompile(`^(\S+)–(\S+)$`)
+	load := func(name, value string) error {
+		env := map[string]string{"DISPATCH_INSECURE": "true", name: value}
+		_, err := Load(func(k string) string { return env[k] })
+		return err
+	}
+	checked := 0
+	for _, s := range Settings {
+		m := bounds.FindStringSubmatch(s.Range)
+		if m == nil {
+			continue
+		}
+		var lo, hi, below, above string
+		if a, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			b, err := strconv.ParseInt(m[2], 10, 64)
+			if err != nil {
+				t.Errorf("%s: range %q does not parse", s.Name, s.Range)
+				continue
+			}
+			lo, hi, below, above = m[1], m[2], fmt.Sprint(a-1), fmt.Sprint(b+1)
+		} else {
+			a, err1 := time.ParseDuration(m[1])
+			b, err2 := time.ParseDuration(m[2])
+			if err1 != nil || err2 != nil {
+				t.Errorf("%s: range %q is neither whole numbers nor durations", s.Name, s.Range)
+				continue
+			}
+			lo, hi, below, above = m[1], m[2], (a - time.Millisecond).String(), (b + time.Millisecond).String()
+		}
+		checked++
+		for _, v := range []string{lo, hi} {
+			if err := load(s.Name, v); err != nil {
+				t.Errorf("%s=%s (an end of the table's range %s) is refused: %v", s.Name, v, s.Range, err)
+			}
+		}
+		for _, v := range []string{below, above} {
+			if err := load(s.Name, v); err == nil || !strings.Contains(err.Error(), s.Name) {
+				t.Errorf("%s=%s (outside the table's range %s) is accepted", s.Name, v, s.Range)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d ranges checked; the table's ranges are not written low–high", checked)
 	}
 }
 
