@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/store"
 	"github.com/dispatchhq/dispatch/store/storetest"
@@ -65,12 +67,19 @@ func BenchmarkHistoryReads(b *testing.B) {
 			if strings.Contains(q, "generate_series") {
 				args = []any{from, to, start, float64(n), fmt.Sprintf("%d microseconds", span.Microseconds())}
 			}
-			if _, err := pool.Exec(ctx, q, args...); err != nil {
+			// A seed statement runs longer than the service's statement timeout.
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, q, args...)
+				return err
+			}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	if _, err := pool.Exec(ctx, `ANALYZE`); err != nil {
+	if _, err := pool.Exec(ctx, `SET statement_timeout = 0; ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("seeded %d jobs over 30 days in %s", n, time.Since(seedStart).Round(time.Second))
