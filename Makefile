@@ -54,7 +54,7 @@ RUN_ENV := DISPATCH_INSECURE=$(DISPATCH_INSECURE) \
 	DISPATCH_LOG_FORMAT=$(DISPATCH_LOG_FORMAT)
 TEST_ENV := DISPATCH_TEST_SQS=http://127.0.0.1:$(SQS_PORT)
 
-.PHONY: help build image up down browser run test test/short test/fuzz lint bench soak fuzz compose/check clean distclean
+.PHONY: help build image up down browser run test test/short test/fuzz openapi/check lint bench soak fuzz compose/check clean distclean
 
 help: ## List targets
 	@echo "usage: make <target>   (PGPORT=$(PGPORT) SQS_PORT=$(SQS_PORT))"
@@ -93,7 +93,20 @@ test: up browser ## go vet + full test suite with -race against PostgreSQL and t
 	@mkdir -p .dev && rm -f .dev/test-report.txt
 	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/test-report.txt go test -race -count=1 -timeout 15m ./...
 	@echo "== chaos figures"; cat .dev/test-report.txt 2>/dev/null || true
+	@$(MAKE) --no-print-directory openapi/check
 	@$(MAKE) --no-print-directory test/fuzz
+
+# api/openapi.json through independent tools, pinned in tools/openapi
+# (package-lock.json; npm ci, nothing global): Redocly's linter with its
+# recommended rules (warnings as errors, deliberate exceptions listed),
+# swagger-parser, and a TypeScript client generated from it and type-checked.
+OPENAPI_TOOLS := tools/openapi
+
+openapi/check: $(OPENAPI_TOOLS)/node_modules/.package-lock.json ## Lint (Redocly) and validate (swagger-parser) api/openapi.json; type-check a generated TypeScript client
+	cd $(OPENAPI_TOOLS) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true npm run --silent check
+
+$(OPENAPI_TOOLS)/node_modules/.package-lock.json: $(OPENAPI_TOOLS)/package.json $(OPENAPI_TOOLS)/package-lock.json
+	cd $(OPENAPI_TOOLS) && npm ci --no-audit --no-fund --silent
 
 soak: up ## The scale chaos test at full size (100,000 jobs, 2,000 groups) and a 50,000-job backlog; prints the figures
 	@mkdir -p .dev && rm -f .dev/soak-report.txt
