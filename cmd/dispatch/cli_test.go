@@ -1,6 +1,6 @@
 package main
 
-// A CLI that helps (issue 21): -h/--help on every subcommand, a version
+// A CLI that helps: -h/--help on every subcommand, a version
 // stamped at build time, `dispatch config`, and `listen` secrets kept out
 // of ps.
 

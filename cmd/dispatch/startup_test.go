@@ -1,6 +1,6 @@
 package main
 
-// Startup failures say why (issue 21): a process that waits for its
+// Startup failures say why: a process that waits for its
 // database logs the cause and answers /health/live meanwhile, and
 // /health/ready says what it waits for; `dispatch migrate` prints the
 // cause and fails; a binary older than the database's schema refuses to
