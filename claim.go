@@ -49,6 +49,9 @@ type Unsent struct {
 	// the send succeeded the publisher confirms exactly that mark, and
 	// should it fail, clears it, so the outbox sends the job again.
 	Mark time.Time
+	// TraceContext is the job's (Job.TraceContext): the pointer carries
+	// it as SQS message attributes.
+	TraceContext string
 }
 
 // DeduplicationID is the pointer's SQS deduplication id: the job id, plus

@@ -100,6 +100,11 @@ type Job struct {
 	// the API replicas' clocks'). 0 for a finished job stored before it
 	// existed.
 	Seq int64
+	// TraceContext is the W3C trace context of the span that created the
+	// job ("traceparent", or "traceparent\ntracestate"; empty with tracing
+	// off): its pointer carries it on the queue, and every delivery
+	// attempt joins that trace.
+	TraceContext string
 }
 
 // MessageGroupID is the FIFO group of the job's pointer: its groupId, or its

@@ -102,6 +102,9 @@ type Event struct {
 	IdempotencyKey string
 	CreatedAt      time.Time
 	Jobs           []EventJob
+	// TraceContext is the publish span's W3C trace context, stored with
+	// every job the event makes (Job.TraceContext).
+	TraceContext string
 }
 
 // EventJob is the job an event made for one subscription, with its status.

@@ -136,7 +136,9 @@ func (s *Server) publishEvent(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	span := s.startPublish(c.Request.Context(), e)
 	out, created, err := s.store.PublishEvent(c.Request.Context(), e, data)
+	endPublish(span, out, created, err)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -27,7 +28,9 @@ func (s *Server) createJob(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	span := s.startCreate(c.Request.Context(), j)
 	out, created, err := s.store.CreateJob(c.Request.Context(), j)
+	endCreate(span, out, created, err)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -72,7 +75,21 @@ func (s *Server) createJobs(c *gin.Context) {
 		valid++
 	}
 	if valid > 0 {
+		var spans []trace.Span
+		if s.cfg.Tracer.Enabled() {
+			spans = make([]trace.Span, len(jobs))
+			for i, j := range jobs {
+				spans[i] = s.startCreate(c.Request.Context(), j)
+			}
+		}
 		out, created, err := s.store.CreateJobs(c.Request.Context(), jobs)
+		for i, span := range spans {
+			if err != nil {
+				endCreate(span, dispatch.Job{}, false, err)
+			} else {
+				endCreate(span, out[i], created[i], nil)
+			}
+		}
 		if err != nil {
 			s.writeError(c, err)
 			return

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 )
 
 // Store is what the API needs from the job store.
@@ -101,6 +102,9 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Now is the clock (nil: time.Now); tests move it by hand.
 	Now func() time.Time
+	// Tracer records requests as server spans and the creates as the
+	// spans whose trace their jobs' deliveries join (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // Defaults of the connection limits.
@@ -208,6 +212,9 @@ func (s *Server) routes() *gin.Engine {
 	s.trustProxies(e)
 	e.HandleMethodNotAllowed = true
 	e.Use(s.logRequests, s.recoverer) // the logger outside, so a recovered panic is logged with its 500
+	if s.cfg.Tracer.Enabled() {
+		e.Use(s.traceRequests)
+	}
 	e.NoRoute(func(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.ENotFound, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -10,7 +10,11 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 )
 
 // ErrUnauthorized is returned by the HTTP mediator when the processing
@@ -25,6 +29,9 @@ type HTTP struct {
 	url    string
 	token  string
 	client *http.Client
+	// Tracer, when set, records each mediation as an HTTP client span
+	// and sends its traceparent to the processing endpoint.
+	Tracer *tracing.Tracer
 }
 
 // NewHTTP returns an HTTP mediator. timeout bounds one mediation and must
@@ -52,7 +59,7 @@ type ProcessResponse struct {
 // Mediate returns nil when the job is done (delete the message), a
 // *dispatch.RetryAfter when the endpoint asks for a retry, and any other
 // error (connection failure, timeout, 5xx) for the router's own backoff.
-func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) error {
+func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	body, err := json.Marshal(ptr)
 	if err != nil {
 		return err
@@ -62,6 +69,23 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if h.Tracer.Enabled() {
+		var span trace.Span
+		ctx, span = h.Tracer.Start(ctx, http.MethodPost, trace.SpanKindClient,
+			attribute.String("http.request.method", http.MethodPost), attribute.String("url.full", h.url),
+			attribute.String("dispatch.job.id", ptr.ID))
+		req = req.WithContext(ctx)
+		h.Tracer.Inject(ctx, req.Header)
+		defer func() {
+			if err != nil {
+				var ra *dispatch.RetryAfter
+				if !errors.As(err, &ra) {
+					tracing.Fail(span, "mediation_failed", err)
+				}
+			}
+			span.End()
+		}()
+	}
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}

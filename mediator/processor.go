@@ -15,7 +15,11 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 )
 
 // Store is what the processor needs from the job store.
@@ -41,6 +45,9 @@ type Processor struct {
 	metrics  *Metrics
 	rateWait time.Duration
 	now      func() time.Time
+	tracer   *tracing.Tracer
+
+	traceContext func(ctx context.Context, id int64) (string, error)
 
 	groupAdvanced func() // see ProcessorConfig.GroupAdvanced
 }
@@ -62,6 +69,12 @@ type ProcessorConfig struct {
 	// publisher's Notify, so such a job goes out at once rather than on
 	// the publisher's next tick.
 	GroupAdvanced func()
+	// Tracer records the claim and the attempt's record as spans of the
+	// job's trace (nil: tracing off); the Sender records the request.
+	Tracer *tracing.Tracer
+	// TraceContext reads the trace context stored with a job (its create
+	// span), which each delivery span links to; only with a Tracer.
+	TraceContext func(ctx context.Context, id int64) (string, error)
 }
 
 // NewProcessor returns a Processor.
@@ -79,6 +92,7 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
 		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now, groupAdvanced: cfg.GroupAdvanced,
+		tracer: cfg.Tracer, traceContext: cfg.TraceContext,
 	}
 }
 
@@ -101,7 +115,14 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	defer cancel()
 	log := p.log.With("job_id", id)
 	now := p.now().UTC()
-	c, err := p.store.ClaimJob(ctx, id, now, p.lease())
+	claimCtx, claimSpan := ctx, trace.Span(nil)
+	if p.tracer.Enabled() {
+		claimCtx, claimSpan = p.startClaim(ctx, ptr)
+	}
+	c, err := p.store.ClaimJob(claimCtx, id, now, p.lease())
+	if claimSpan != nil {
+		endClaim(claimSpan, c, err)
+	}
 	if err != nil {
 		return dispatch.Decision{}, err
 	}
@@ -133,6 +154,9 @@ func clampDelay(d time.Duration) time.Duration {
 
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
 	log = log.With("attempt", j.AttemptCount)
+	if p.tracer.Enabled() {
+		ctx = p.traced(ctx, &j)
+	}
 	if j.SubscriptionID != 0 {
 		slot, d, held, err := p.pace(ctx, log, j)
 		if held || err != nil {
@@ -257,6 +281,19 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		t.NextAttemptAt = d.CompletedAt
 	}
 	var err error
+	if p.tracer.Enabled() {
+		var span trace.Span
+		ctx, span = p.tracer.Start(ctx, "record attempt", trace.SpanKindInternal,
+			attribute.String("db.system.name", "postgresql"), attribute.String("db.operation.name", "finish attempt"),
+			attribute.String("dispatch.job.id", dispatch.FormatID(j.ID)), attribute.Int("dispatch.attempt", j.AttemptCount),
+			attribute.String("dispatch.job.status", string(t.Status)))
+		defer func() {
+			if err != nil {
+				tracing.Fail(span, "record_failed", err)
+			}
+			span.End()
+		}()
+	}
 	for try := range 5 {
 		if ctx.Err() != nil {
 			break
@@ -289,4 +326,45 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	log.Info("delivery attempt", "status", d.Status, "code", d.Code, "job_status", t.Status,
 		"duration_ms", d.CompletedAt.Sub(d.StartedAt).Milliseconds())
 	return res, nil
+}
+
+// startClaim starts the claim's span. It is a child of the mediation
+// (the router's receive, or the processing endpoint's request).
+func (p *Processor) startClaim(ctx context.Context, ptr dispatch.Pointer) (context.Context, trace.Span) {
+	return p.tracer.Start(ctx, "claim job", trace.SpanKindInternal,
+		attribute.String("db.system.name", "postgresql"), attribute.String("db.operation.name", "claim job"),
+		attribute.String("dispatch.job.id", ptr.ID))
+}
+
+// claimStates names the claim outcomes on the span.
+var claimStates = map[dispatch.ClaimState]string{dispatch.Claimed: "claimed", dispatch.ClaimMissing: "missing",
+	dispatch.ClaimTerminal: "terminal", dispatch.ClaimBusy: "busy", dispatch.ClaimNotDue: "not_due", dispatch.ClaimBlocked: "blocked"}
+
+// endClaim ends the claim's span with its outcome.
+func endClaim(span trace.Span, c dispatch.Claim, err error) {
+	if err != nil {
+		tracing.Fail(span, "claim_failed", err)
+	} else {
+		span.SetAttributes(attribute.String("dispatch.claim", claimStates[c.State]), attribute.Int("dispatch.attempt", c.Job.AttemptCount))
+	}
+	span.End()
+}
+
+// traced reads the trace context stored with the job, for the delivery
+// span's link to its create, and returns the context the delivery runs in:
+// ctx, or, when the mediation brought no trace (its message carried none),
+// the job's trace.
+func (p *Processor) traced(ctx context.Context, j *dispatch.Job) context.Context {
+	if p.traceContext == nil {
+		return ctx
+	}
+	tc, err := p.traceContext(ctx, j.ID)
+	if err != nil {
+		return ctx // the delivery goes on; only its span's link is lost
+	}
+	j.TraceContext = tc
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return p.tracer.Decode(ctx, tc)
+	}
+	return ctx
 }

@@ -8,12 +8,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 	"github.com/dispatchhq/dispatch/webhook"
 )
 
@@ -37,6 +42,7 @@ type Sender struct {
 	client    *http.Client
 	userAgent string
 	now       func() time.Time
+	tracer    *tracing.Tracer
 }
 
 // SenderConfig configures a Sender.
@@ -44,6 +50,9 @@ type SenderConfig struct {
 	Timeout   time.Duration
 	Guard     Guard
 	UserAgent string
+	// Tracer records each request as an HTTP client span and sends its
+	// traceparent to the receiver (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // NewSender returns a Sender whose connections pass the SSRF guard and
@@ -70,14 +79,22 @@ func NewSender(cfg SenderConfig) *Sender {
 		},
 		userAgent: cfg.UserAgent,
 		now:       time.Now,
+		tracer:    cfg.Tracer,
 	}
 }
 
 // Send delivers attempt n of job j, signed with creds (nil: unsigned).
 func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Credentials) Delivery {
 	d := Delivery{StartedAt: s.now().UTC()}
+	var span trace.Span
+	if s.tracer.Enabled() {
+		ctx, span = s.startSpan(ctx, j)
+	}
 	finish := func() Delivery {
 		d.CompletedAt = s.now().UTC()
+		if span != nil {
+			endSpan(span, d)
+		}
 		return d
 	}
 	if creds != nil && !creds.Allows(j.TargetURL) {
@@ -99,6 +116,7 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 	req.Header.Set("User-Agent", s.userAgent)
 	req.Header.Set(webhook.HeaderJobID, dispatch.FormatID(j.ID))
 	req.Header.Set(webhook.HeaderAttempt, strconv.Itoa(j.AttemptCount))
+	s.tracer.Inject(ctx, req.Header) // traceparent: the receiver joins the delivery's trace
 	if j.EventID != 0 {
 		req.Header.Set(webhook.HeaderEventID, dispatch.FormatID(j.EventID))
 		req.Header.Set(webhook.HeaderEventType, j.Type)
@@ -226,4 +244,40 @@ func cleanText(b []byte) string {
 		s = s[:cut]
 	}
 	return s
+}
+
+// startSpan starts one attempt's HTTP client span (OpenTelemetry's HTTP
+// client conventions), linked to the span that created the job: each
+// attempt of a retried job is its own span of the job's trace. url.full
+// leaves out the query, which may hold a token.
+func (s *Sender) startSpan(ctx context.Context, j *dispatch.Job) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("dispatch.job.id", dispatch.FormatID(j.ID)),
+		attribute.Int("http.request.resend_count", max(j.AttemptCount-1, 0)),
+		attribute.Int("dispatch.attempt", j.AttemptCount),
+	}
+	if u, err := url.Parse(j.TargetURL); err == nil {
+		attrs = append(attrs, attribute.String("url.full", u.Scheme+"://"+u.Host+u.EscapedPath()),
+			attribute.String("server.address", u.Hostname()))
+		if port, err := strconv.Atoi(u.Port()); err == nil {
+			attrs = append(attrs, attribute.Int("server.port", port))
+		}
+	}
+	return s.tracer.StartLinked(ctx, http.MethodPost, trace.SpanKindClient,
+		[]trace.SpanContext{tracing.SpanContext(j.TraceContext)}, attrs...)
+}
+
+func endSpan(span trace.Span, d Delivery) {
+	if d.Code != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", d.Code))
+	}
+	span.SetAttributes(attribute.String("dispatch.attempt.status", string(d.Status)))
+	switch {
+	case d.Code >= 400:
+		tracing.Fail(span, strconv.Itoa(d.Code), nil)
+	case d.Status != dispatch.AttemptSuccess:
+		tracing.Fail(span, strings.ToLower(string(d.Status)), errors.New(d.Err))
+	}
+	span.End()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 )
 
 // Outbox is what the publisher needs from the job store.
@@ -325,6 +326,9 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
 			})
 			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
+			if u.TraceContext != "" { // the job's trace goes with its pointer
+				entries[i].Attributes = tracing.Carrier(u.TraceContext)
+			}
 		}
 		ok, err := p.q.SendBatch(ctx, entries)
 		if len(ok) > 0 && len(p.unconfirmed) == 0 {

@@ -174,6 +174,14 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 	return q.url, nil
 }
 
+// Name is the queue's name: the last segment of its URL, or as configured.
+func (q *Queue) Name() string {
+	if q.cfg.URL != "" {
+		return q.cfg.URL[strings.LastIndex(q.cfg.URL, "/")+1:]
+	}
+	return q.cfg.Name
+}
+
 // callCtx bounds one SQS call: CallTimeout, plus extra (a long poll's wait).
 func (q *Queue) callCtx(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, q.cfg.CallTimeout+extra)
@@ -262,7 +270,13 @@ type Entry struct {
 	Body            string
 	GroupID         string
 	DeduplicationID string
+	// Attributes are sent as String message attributes (the job's trace
+	// context: traceparent, tracestate); nil sends none.
+	Attributes map[string]string
 }
+
+// traceAttributes are the message attributes a receive asks for.
+var traceAttributes = []string{"traceparent", "tracestate"}
 
 // SendBatch sends up to 10 messages; it returns the indexes that succeeded.
 func (q *Queue) SendBatch(ctx context.Context, entries []Entry) ([]int, error) {
@@ -277,6 +291,7 @@ func (q *Queue) SendBatch(ctx context.Context, entries []Entry) ([]int, error) {
 			MessageBody:            aws.String(e.Body),
 			MessageGroupId:         aws.String(e.GroupID),
 			MessageDeduplicationId: aws.String(e.DeduplicationID),
+			MessageAttributes:      messageAttributes(e.Attributes),
 		})
 	}
 	ctx, cancel := q.callCtx(ctx, 0)
@@ -305,6 +320,20 @@ type Message struct {
 	Body         string
 	GroupID      string
 	ReceiveCount int
+	// Attributes are its String message attributes of traceAttributes
+	// (nil: none).
+	Attributes map[string]string
+}
+
+func messageAttributes(attrs map[string]string) map[string]types.MessageAttributeValue {
+	if len(attrs) == 0 {
+		return nil
+	}
+	out := make(map[string]types.MessageAttributeValue, len(attrs))
+	for k, v := range attrs {
+		out[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	return out
 }
 
 // ErrReceiveAttemptVoid says a receive retried with an earlier attempt id
@@ -334,6 +363,7 @@ func (q *Queue) Receive(ctx context.Context, max int, wait, visibility time.Dura
 		WaitTimeSeconds:         int32(wait / time.Second),
 		VisibilityTimeout:       int32(visibility / time.Second),
 		ReceiveRequestAttemptId: optional(attempt),
+		MessageAttributeNames:   traceAttributes,
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameMessageGroupId,
 			types.MessageSystemAttributeNameApproximateReceiveCount,
@@ -349,9 +379,18 @@ func (q *Queue) Receive(ctx context.Context, max int, wait, visibility time.Dura
 	msgs := make([]Message, 0, len(out.Messages))
 	for _, m := range out.Messages {
 		rc, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+		var attrs map[string]string
+		for k, v := range m.MessageAttributes {
+			if v.StringValue != nil {
+				if attrs == nil {
+					attrs = make(map[string]string, len(m.MessageAttributes))
+				}
+				attrs[k] = *v.StringValue
+			}
+		}
 		msgs = append(msgs, Message{
 			ID: aws.ToString(m.MessageId), Receipt: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body),
-			GroupID: m.Attributes["MessageGroupId"], ReceiveCount: rc,
+			GroupID: m.Attributes["MessageGroupId"], ReceiveCount: rc, Attributes: attrs,
 		})
 	}
 	return msgs, nil

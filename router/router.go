@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/tracing"
 )
 
 // Mediator hands one pointer to whatever processes it. nil means done;
@@ -51,6 +54,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the router's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Tracer records each received message's span in the trace its
+	// attributes carry (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // Router moves messages from a queue into pools.
@@ -102,6 +108,10 @@ type message struct {
 	// no lock is held across the call.
 	extending bool
 	deferred  *deferredRelease
+
+	// traced is the receive span's context (nil with tracing off): from
+	// receipt to the end of its mediation, in the trace of the job's create.
+	traced context.Context
 }
 
 // deferredRelease is a release that waits for a heartbeat call.
@@ -359,6 +369,9 @@ func (r *Router) accept(qm Message) *message {
 			return m
 		}
 	}
+	if r.cfg.Tracer.Enabled() {
+		m.traced = r.startReceive(qm, ptr, p)
+	}
 	r.hold(m)
 	p.add(m)
 	return nil
@@ -377,8 +390,16 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			_ = p.limiter.Wait(ctx)
 		}
 		start := time.Now()
-		err := r.med.Mediate(ctx, m.ptr)
+		mctx := ctx
+		if m.traced != nil {
+			mctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(m.traced))
+			trace.SpanFromContext(m.traced).AddEvent("mediation started")
+		}
+		err := r.med.Mediate(mctx, m.ptr)
 		p.observe(time.Since(start), err)
+		if m.traced != nil {
+			endReceive(m.traced, err)
+		}
 		var delay time.Duration
 		var ra *dispatch.RetryAfter
 		switch {
@@ -447,6 +468,9 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	changes := make([]Visibility, 0, len(msgs))
 	r.mu.Lock()
 	for _, m := range msgs {
+		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
+			trace.SpanFromContext(m.traced).End()
+		}
 		if m.extending {
 			m.deferred = &deferredRelease{delay: delay, at: time.Now()}
 			continue
@@ -720,4 +744,37 @@ func (r *Router) Stats() []PoolStats {
 		out = append(out, s)
 	}
 	return out
+}
+
+// startReceive starts a received message's span: a CONSUMER span of the
+// trace its attributes carry (the job's create), per OpenTelemetry's
+// messaging conventions for SQS, open until its mediation ends.
+func (r *Router) startReceive(qm Message, ptr dispatch.Pointer, p *Pool) context.Context {
+	ctx := r.cfg.Tracer.Decode(context.Background(), tracing.FromCarrier(qm.Attributes))
+	name := r.q.Name()
+	ctx, _ = r.cfg.Tracer.Start(ctx, "receive "+name, trace.SpanKindConsumer,
+		attribute.String("messaging.system", "aws_sqs"),
+		attribute.String("messaging.operation.type", "receive"),
+		attribute.String("messaging.operation.name", "ReceiveMessage"),
+		attribute.String("messaging.destination.name", name),
+		attribute.String("messaging.message.id", qm.ID),
+		attribute.String("messaging.consumer.group.name", p.code),
+		attribute.Int("messaging.message.delivery_count", qm.ReceiveCount),
+		attribute.String("dispatch.job.id", ptr.ID))
+	return ctx
+}
+
+// endReceive ends a received message's span with its mediation's outcome.
+func endReceive(ctx context.Context, err error) {
+	span := trace.SpanFromContext(ctx)
+	var ra *dispatch.RetryAfter
+	switch {
+	case err == nil:
+		span.SetAttributes(attribute.String("dispatch.outcome", "done"))
+	case errors.As(err, &ra):
+		span.SetAttributes(attribute.String("dispatch.outcome", "retry"), attribute.Float64("dispatch.retry_after_seconds", ra.Delay.Seconds()))
+	default:
+		tracing.Fail(span, "mediation_failed", err)
+	}
+	span.End()
 }

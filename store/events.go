@@ -377,12 +377,12 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			WITH j AS (
 				INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
 					protocol, headers, payload_content_type, credentials_id, status, max_retries,
-					retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id)
+					retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id, trace_context)
 				SELECT m.job_id, $1, $1, $2, $3, m.group_id, m.url, 'HTTP_WEBHOOK', m.headers,
 					'application/json', m.credentials_id, 'PENDING', m.max_retries, m.retry_strategy,
 					$5::text || ':' || m.sub_id::text,
 					$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', m.sub_id::text),
-					$1, $7, m.sub_id
+					$1, $7, m.sub_id, $16::text
 				FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[])
 					AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy)
 				ORDER BY m.job_id
@@ -393,7 +393,8 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			)
 			SELECT id, subscription_id, status FROM j ORDER BY id`,
 			now, e.Source, e.Type, packPayload(e.Data), dispatch.FormatID(out.ID), metadata, out.ID,
-			fan.jobIDs, fan.subIDs, fan.groups, fan.urls, fan.headers, fan.creds, fan.maxRetries, fan.retries)
+			fan.jobIDs, fan.subIDs, fan.groups, fan.urls, fan.headers, fan.creds, fan.maxRetries, fan.retries,
+			nullStr(e.TraceContext))
 		if err != nil {
 			return err
 		}

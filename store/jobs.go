@@ -299,7 +299,7 @@ func (s *Store) insertAndHand(ctx context.Context, q querier, jobs []*dispatch.J
 	var us []dispatch.Unsent
 	for i, j := range out {
 		if created[i] && j.QueuedAt != nil {
-			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt})
+			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt, TraceContext: j.TraceContext})
 		}
 	}
 	return out, created, func(committed bool) {
@@ -371,7 +371,9 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		scheduled, expires                   = make([]*time.Time, n), make([]*time.Time, n)
 		nexts                                = make([]time.Time, n)
 	)
+	traceCtxs := make([]*string, n)
 	for i, j := range jobs {
+		traceCtxs[i] = nullStr(j.TraceContext)
 		externalIDs[i], groupIDs[i], idemKeys[i] = nullStr(j.ExternalID), nullStr(j.GroupID), nullStr(j.IdempotencyKey)
 		sources[i], types[i], targets[i], protocols[i] = j.Source, j.Type, j.TargetURL, j.Protocol
 		bodies[i], contentTypes[i], strategies[i] = packPayload(j.Payload), j.PayloadContentType, string(j.RetryStrategy)
@@ -398,10 +400,10 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 				$9::text[], $10::bytea[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 				$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
-				$22::bigint[])
+				$22::bigint[], $25::text[])
 			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
 				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
-				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id)
+				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context)
 		), k AS (
 			INSERT INTO dispatch_job_key (idempotency_key, job_id)
 			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
@@ -411,13 +413,14 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 				target_url, protocol, headers, payload_content_type, credentials_id, status,
 				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease)
+				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease, trace_context)
 			SELECT id, external_id, $1, $1, source, type, group_id,
 				target_url, protocol, headers::jsonb, payload_content_type, credentials_id, 'PENDING',
 				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
 				replay_of, next_attempt_at, event_id, subscription_id,
 				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
-				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END
+				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END,
+			trace_context
 			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
 			RETURNING id, queued_at, seq
 		), p AS (
@@ -427,7 +430,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		SELECT id, queued_at, seq FROM j`,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, bodies, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
-		markQueued, now.Add(s.sendLease))
+		markQueued, now.Add(s.sendLease), traceCtxs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}

@@ -499,13 +499,13 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 						AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
 			ORDER BY next_attempt_at, id LIMIT `+strconv.Itoa(limit)+`
 			FOR UPDATE SKIP LOCKED))
-		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id)`, now, now.Add(s.sendLease))
+		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id), COALESCE(trace_context, '')`, now, now.Add(s.sendLease))
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
 	}
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
 		u := dispatch.Unsent{Mark: now}
-		return u, r.Scan(&u.ID, &u.GroupID, &u.Gen, &u.Seq)
+		return u, r.Scan(&u.ID, &u.GroupID, &u.Gen, &u.Seq, &u.TraceContext)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)

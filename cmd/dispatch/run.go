@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	}
 	// The SDK reads AWS_ENDPOINT_URL_SQS from the process environment; pass
 	// it explicitly too, so run honours the environment it is given.
-	a := &app{cfg: cfg, log: log, stdout: stdout, reg: prometheus.NewRegistry(), sqsEndpoint: getenv("AWS_ENDPOINT_URL_SQS")}
+	a := &app{cfg: cfg, log: log, stdout: stdout, reg: prometheus.NewRegistry(), sqsEndpoint: getenv("AWS_ENDPOINT_URL_SQS"), getenv: getenv}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	switch cmd {
 	case "migrate":
@@ -167,6 +167,8 @@ type app struct {
 	reg    *prometheus.Registry
 	// sqsEndpoint overrides the SDK's endpoint chain when set.
 	sqsEndpoint string
+	// getenv reads the run's environment (the OTEL_* variables).
+	getenv func(string) string
 }
 
 func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error) {
@@ -263,6 +265,20 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	// The ports are bound first: until the API and the router serve them,
 	// the startup handler answers probes there (alive; not ready, and why).
 	starting := &startup{}
+	tracer, stopTracing, err := newTracer(ctx, a.getenv, version)
+	if err != nil {
+		return err
+	}
+	defer func() { // the last spans are sent before the process ends
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			a.log.Warn("could not send the last trace spans", "err", err)
+		}
+	}()
+	if tracer.Enabled() {
+		a.log.Info("tracing: OTLP/HTTP spans, configured by the OTEL_* variables")
+	}
 	var apiSock, routerSock *handoff
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
@@ -365,7 +381,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		st.HandOffTo(publisher) // new jobs' pointers go out with no outbox query
 		sender := mediator.NewSender(mediator.SenderConfig{
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
-			Guard: mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
+			Guard:  mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
+			Tracer: tracer,
 		})
 		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
 		if err := a.reg.Register(openBreakersGauge(breakers)); err != nil {
@@ -376,6 +393,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
 			GroupAdvanced: publisher.Notify, // a stepped-aside successor goes out at once
+			Tracer:        tracer, TraceContext: st.TraceContext,
 		})
 		if withRouter && !a.cfg.ProcessURLSet {
 			local = mediator.NewLocal(processor)
@@ -389,6 +407,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Verifier: mediator.NewVerifier(st, sender, a.log),
 			Pools:    a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
 			PublicURL: a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
+			Tracer: tracer,
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
@@ -403,14 +422,16 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		for i, p := range a.cfg.Pools {
 			pools[i] = router.PoolConfig{Code: p.Code, Concurrency: p.Concurrency, RatePerMinute: p.RateLimitPerMinute}
 		}
-		var med router.Mediator = mediator.NewHTTP(processURL, a.cfg.InternalToken, mediationTimeout)
+		remote := mediator.NewHTTP(processURL, a.cfg.InternalToken, mediationTimeout)
+		remote.Tracer = tracer
+		var med router.Mediator = remote
 		if local != nil {
 			med = local
 		}
 		rt, err := router.New(q, med, router.Config{
 			Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
-			Logger: a.log, Registerer: a.reg,
+			Logger: a.log, Registerer: a.reg, Tracer: tracer,
 		})
 		if err != nil {
 			return err

@@ -595,6 +595,50 @@ func TestMessageAttributes(t *testing.T) {
 	}
 }
 
+// SQS: a batch send carries each entry's message attributes, and a
+// receive that names attributes gets only those (the router asks for
+// traceparent and tracestate), with their MD5 as SQS computes it.
+func TestBatchMessageAttributesByName(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.fifo(t, nil)
+	attr := func(v string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	sent, err := e.api.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url),
+		Entries: []types.SendMessageBatchRequestEntry{
+			{Id: aws.String("0"), MessageBody: aws.String("traced"), MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d0"),
+				MessageAttributes: map[string]types.MessageAttributeValue{"traceparent": attr(parent), "tracestate": attr("k=v"), "other": attr("x")}},
+			{Id: aws.String("1"), MessageBody: aws.String("plain"), MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d1")},
+		}})
+	if err != nil || len(sent.Successful) != 2 {
+		t.Fatalf("send batch: %+v %v", sent, err)
+	}
+	out, err := e.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+		MessageAttributeNames: []string{"traceparent", "tracestate"}})
+	if err != nil || len(out.Messages) != 2 {
+		t.Fatalf("receive: %+v %v", out, err)
+	}
+	for _, m := range out.Messages {
+		switch aws.ToString(m.Body) {
+		case "traced":
+			if len(m.MessageAttributes) != 2 || aws.ToString(m.MessageAttributes["traceparent"].StringValue) != parent ||
+				aws.ToString(m.MessageAttributes["tracestate"].StringValue) != "k=v" {
+				t.Errorf("traced message's attributes: %+v, want traceparent and tracestate only", m.MessageAttributes)
+			}
+			if aws.ToString(m.MD5OfMessageAttributes) == "" {
+				t.Errorf("no MD5OfMessageAttributes on the traced message")
+			}
+		case "plain":
+			if len(m.MessageAttributes) != 0 {
+				t.Errorf("a message sent without attributes came with %+v", m.MessageAttributes)
+			}
+		}
+	}
+}
+
 // SQS batch calls: up to 10 entries, distinct ids, per-entry results.
 func TestBatchCalls(t *testing.T) {
 	t.Parallel()
