@@ -138,6 +138,7 @@ bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_R
 	@echo "== fixed rate: $(BENCH_RATE) jobs/s for $(BENCH_DURATION)"
 	$(DEV_ENV); $(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) -rate $(BENCH_RATE) -duration $(BENCH_DURATION) $(BENCH_ARGS)
 	@echo "== Go benchmarks"
+	@$(DEV_ENV); echo "PostgreSQL $$(psql "$$DATABASE_URL" -Atc 'SHOW server_version'): autovacuum $$(psql "$$DATABASE_URL" -Atc 'SHOW autovacuum') (production runs it on; table bytes per delivery are measured without it)"
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
 
 fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME (30s), one at a time
