@@ -74,6 +74,39 @@ const (
 	InsecureRouterAddr = "127.0.0.1:8081"
 )
 
+// Queue is one SQS FIFO queue: the router consumes it, and a job may name
+// it (queueUrl). The first queue of Config.Queues is the default: jobs that
+// name none go there.
+type Queue struct {
+	// URL is the queue's URL, used as is (the file's queueUri).
+	URL string
+	// Name is the queue's name (queueName), looked up, and created with
+	// DISPATCH_QUEUE_CREATE, when URL is empty; with URL, the last segment
+	// of URL.
+	Name string
+	// Connections is how many receive loops long-poll it at once.
+	Connections int
+	// VisibilityTimeout is how long a received message stays invisible
+	// (the receive asks for it, the heartbeat extends to it); 0: the
+	// queue's own.
+	VisibilityTimeout time.Duration
+}
+
+// Key is how a job names the queue: its URL, or its name when it is
+// configured by name.
+func (q Queue) Key() string {
+	if q.URL != "" {
+		return q.URL
+	}
+	return q.Name
+}
+
+// Limits of a queue's settings.
+const (
+	MaxQueueConnections  = 20
+	MaxVisibilityTimeout = 12 * time.Hour // SQS's maximum
+)
+
 // Pool is one processing pool of the router.
 type Pool struct {
 	Code               string `yaml:"code" json:"code"`
@@ -89,7 +122,12 @@ type Config struct {
 	QueueURL    string
 	QueueName   string
 	QueueCreate bool
-	ProcessURL  string
+	// Queues are the queues the router consumes and jobs may name, the
+	// default first: the router configuration file's queues, or
+	// DISPATCH_QUEUES, or the one queue of DISPATCH_QUEUE_URL or
+	// DISPATCH_QUEUE_NAME.
+	Queues     []Queue
+	ProcessURL string
 	// ProcessURLSet is true when DISPATCH_PROCESS_URL was given explicitly.
 	ProcessURLSet bool
 	Pools         []Pool
@@ -211,14 +249,9 @@ func Load(getenv func(string) string) (Config, error) {
 	c.TrustedProxies = r.proxies("DISPATCH_TRUSTED_PROXIES")
 	c.NodeID = r.nodeID()
 	c.NodeIDDerived = r.str("DISPATCH_NODE_ID", "") == ""
-	c.Pools = r.pools()
-
-	if c.QueueURL == "" && c.QueueName == "" {
-		r.fail("DISPATCH_QUEUE_NAME", "must be set when DISPATCH_QUEUE_URL is empty")
-	}
-	if c.QueueURL == "" && c.QueueName != "" && !strings.HasSuffix(c.QueueName, ".fifo") {
-		r.fail("DISPATCH_QUEUE_NAME", "must name a FIFO queue (ending in .fifo)")
-	}
+	file := r.routerFile()
+	c.Pools = r.pools(file)
+	c.Queues = r.queues(file, c)
 	if u, err := url.Parse(c.ProcessURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail("DISPATCH_PROCESS_URL", "must be an absolute http(s) URL")
 	}
@@ -454,27 +487,231 @@ func (r *reader) nodeID() int64 {
 	return int64(h.Sum32() % 1024)
 }
 
-func (r *reader) pools() []Pool {
-	var pools []Pool
-	if path := r.str("DISPATCH_ROUTER_CONFIG", ""); path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			r.fail("DISPATCH_ROUTER_CONFIG", "cannot be read: %v", err)
+// routerFile is DISPATCH_ROUTER_CONFIG's content in seed 002's shape
+// (nil when the variable is not set or the file is unusable).
+type routerFile struct {
+	Queues          []fileQueue `yaml:"queues"`
+	ProcessingPools []Pool      `yaml:"processingPools"`
+}
+
+// fileQueue is one entry of the file's queues.
+type fileQueue struct {
+	QueueURI          string  `yaml:"queueUri"`
+	QueueName         string  `yaml:"queueName"`
+	Connections       int     `yaml:"connections"`
+	VisibilityTimeout seconds `yaml:"visibilityTimeout"`
+}
+
+// seconds reads a number of seconds (30), as seed 002 and FlowCatalyst
+// write them, or a duration (30s).
+type seconds struct {
+	d   time.Duration
+	bad string
+}
+
+func (s *seconds) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
+		return nil
+	}
+	if n, err := strconv.Atoi(node.Value); err == nil {
+		s.d = time.Duration(n) * time.Second
+		return nil
+	}
+	d, err := time.ParseDuration(node.Value)
+	if err != nil || node.Kind != yaml.ScalarNode {
+		s.bad = node.Value
+		return nil // reported with the queue it belongs to
+	}
+	s.d = d
+	return nil
+}
+
+// ReadRouterFile reads the pools of the router configuration file at path
+// (a configuration reload): what Load reads, checked as Load checks it.
+func ReadRouterFile(path string) ([]Pool, error) {
+	r := reader{getenv: func(name string) string {
+		if name == "DISPATCH_ROUTER_CONFIG" {
+			return path
+		}
+		return ""
+	}}
+	file := r.routerFile()
+	if file != nil && len(file.ProcessingPools) == 0 {
+		r.fail("DISPATCH_ROUTER_CONFIG", "defines no processingPools")
+	}
+	pools := r.pools(file)
+	if err := errors.Join(r.errs...); err != nil {
+		return nil, fmt.Errorf("invalid router configuration:\n%w", err)
+	}
+	return pools, nil
+}
+
+func (r *reader) routerFile() *routerFile {
+	path := r.str("DISPATCH_ROUTER_CONFIG", "")
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		r.fail("DISPATCH_ROUTER_CONFIG", "cannot be read: %v", err)
+		return nil
+	}
+	var file routerFile
+	// YAML is a superset of JSON, so one decoder reads both.
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		r.fail("DISPATCH_ROUTER_CONFIG", "is not valid YAML/JSON: %v", err)
+		return nil
+	}
+	return &file
+}
+
+// queues reads the queues: the file's, or DISPATCH_QUEUES, or the one queue
+// of DISPATCH_QUEUE_URL or DISPATCH_QUEUE_NAME. Two of these at once is a
+// mistake (which queue was meant?), reported, not resolved.
+func (r *reader) queues(file *routerFile, c Config) []Queue {
+	var (
+		qs     []Queue
+		source string
+	)
+	list := r.list("DISPATCH_QUEUES")
+	shorthand := r.str("DISPATCH_QUEUE_URL", "") != "" || r.str("DISPATCH_QUEUE_NAME", "") != ""
+	switch {
+	case file != nil && len(file.Queues) > 0:
+		source = "DISPATCH_ROUTER_CONFIG"
+		if len(list) > 0 {
+			r.fail("DISPATCH_QUEUES", "must not be set when the DISPATCH_ROUTER_CONFIG file lists queues (one list of queues, not two)")
+		}
+		if shorthand {
+			r.fail("DISPATCH_QUEUE_URL", "and DISPATCH_QUEUE_NAME must not be set when the DISPATCH_ROUTER_CONFIG file lists queues")
+		}
+		for i, fq := range file.Queues {
+			if fq.VisibilityTimeout.bad != "" {
+				r.fail(source, "queue %d: visibilityTimeout must be seconds (30) or a duration (30s) (got %q)", i+1, fq.VisibilityTimeout.bad)
+			}
+			qs = append(qs, Queue{URL: strings.TrimSpace(fq.QueueURI), Name: strings.TrimSpace(fq.QueueName),
+				Connections: fq.Connections, VisibilityTimeout: fq.VisibilityTimeout.d})
+		}
+	case len(list) > 0:
+		source = "DISPATCH_QUEUES"
+		if shorthand {
+			r.fail("DISPATCH_QUEUE_URL", "and DISPATCH_QUEUE_NAME must not be set with DISPATCH_QUEUES (one list of queues, not two)")
+		}
+		for _, spec := range list {
+			q, ok := parseQueueSpec(spec)
+			if !ok {
+				r.fail(source, "entry %q must be URL_OR_NAME[:CONNECTIONS[:VISIBILITY_TIMEOUT]], the queue ending in .fifo", spec)
+				continue
+			}
+			qs = append(qs, q)
+		}
+	default:
+		if c.QueueURL == "" && c.QueueName == "" {
+			r.fail("DISPATCH_QUEUE_NAME", "must be set when DISPATCH_QUEUE_URL is empty")
 			return nil
 		}
-		var file struct {
-			ProcessingPools []Pool `yaml:"processingPools"`
+		if c.QueueURL == "" && !strings.HasSuffix(c.QueueName, ".fifo") {
+			r.fail("DISPATCH_QUEUE_NAME", "must name a FIFO queue (ending in .fifo)")
 		}
-		// YAML is a superset of JSON, so one decoder reads both.
-		if err := yaml.Unmarshal(data, &file); err != nil {
-			r.fail("DISPATCH_ROUTER_CONFIG", "is not valid YAML/JSON: %v", err)
-			return nil
+		q := Queue{URL: c.QueueURL, Name: c.QueueName, Connections: 1}
+		if q.URL != "" {
+			q.Name = lastSegment(q.URL)
 		}
-		pools = file.ProcessingPools
-		if len(pools) == 0 {
-			r.fail("DISPATCH_ROUTER_CONFIG", "defines no processingPools")
+		return []Queue{q}
+	}
+	seen := map[string]bool{}
+	for i := range qs {
+		q := &qs[i]
+		what := fmt.Sprintf("queue %d", i+1)
+		if q.Connections == 0 {
+			q.Connections = 1
 		}
+		switch {
+		case q.URL == "" && q.Name == "":
+			r.fail(source, "%s has neither queueUri nor queueName", what)
+			continue
+		case q.URL != "":
+			u, err := url.Parse(q.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, ".fifo") {
+				r.fail(source, "%s: queueUri must be the absolute http(s) URL of a FIFO queue, ending in .fifo (got %q)", what, q.URL)
+				continue
+			}
+			if q.Name != "" && q.Name != lastSegment(q.URL) {
+				r.fail(source, "%s: queueName %q is not the name in queueUri %q", what, q.Name, q.URL)
+			}
+			q.Name = lastSegment(q.URL)
+		case !strings.HasSuffix(q.Name, ".fifo") || strings.Contains(q.Name, "/"):
+			r.fail(source, "%s: queueName must name a FIFO queue, ending in .fifo (got %q)", what, q.Name)
+			continue
+		}
+		if q.Connections < 1 || q.Connections > MaxQueueConnections {
+			r.fail(source, "%s (%s): connections must be 1 to %d", what, q.Name, MaxQueueConnections)
+		}
+		if q.VisibilityTimeout != 0 && (q.VisibilityTimeout < time.Second || q.VisibilityTimeout > MaxVisibilityTimeout) {
+			r.fail(source, "%s (%s): visibilityTimeout must be 1s to 12h, or 0 for the queue's own", what, q.Name)
+		}
+		if seen[q.Name] {
+			r.fail(source, "queue %s appears twice", q.Name)
+		}
+		seen[q.Name] = true
+	}
+	return qs
+}
+
+// parseQueueSpec reads one DISPATCH_QUEUES entry,
+// URL_OR_NAME[:CONNECTIONS[:VISIBILITY_TIMEOUT]]. A URL holds colons of its
+// own; the queue's part ends in .fifo, and what follows it are the options.
+func parseQueueSpec(spec string) (Queue, bool) {
+	end := strings.LastIndex(spec, ".fifo")
+	if end < 0 {
+		return Queue{}, false
+	}
+	end += len(".fifo")
+	q := Queue{Connections: 1}
+	if id := spec[:end]; strings.Contains(id, "://") {
+		q.URL = id
 	} else {
+		q.Name = id
+	}
+	rest := spec[end:]
+	if rest == "" {
+		return q, true
+	}
+	opts, ok := strings.CutPrefix(rest, ":")
+	if !ok {
+		return Queue{}, false
+	}
+	parts := strings.Split(opts, ":")
+	if len(parts) > 2 {
+		return Queue{}, false
+	}
+	n, err := strconv.Atoi(parts[0])
+	if err != nil {
+		return Queue{}, false
+	}
+	q.Connections = n
+	if len(parts) == 2 {
+		var s seconds
+		_ = s.UnmarshalYAML(&yaml.Node{Kind: yaml.ScalarNode, Value: parts[1]})
+		if s.bad != "" {
+			return Queue{}, false
+		}
+		q.VisibilityTimeout = s.d
+	}
+	return q, true
+}
+
+func lastSegment(u string) string { return u[strings.LastIndex(u, "/")+1:] }
+
+func (r *reader) pools(file *routerFile) []Pool {
+	var pools []Pool
+	switch {
+	case file == nil && r.str("DISPATCH_ROUTER_CONFIG", "") != "":
+		return nil // unusable, reported
+	case file != nil && len(file.ProcessingPools) > 0:
+		pools = file.ProcessingPools
+	case file != nil && len(file.Queues) == 0:
+		r.fail("DISPATCH_ROUTER_CONFIG", "defines neither queues nor processingPools")
+	default: // no file, or one with queues alone
 		for _, spec := range r.list("DISPATCH_POOLS") {
 			parts := strings.Split(spec, ":")
 			p := Pool{Code: parts[0]}

@@ -71,6 +71,7 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		HTTPAddr:        "127.0.0.1:8080", // insecure mode: loopback
 		RouterAddr:      "127.0.0.1:8081",
 		QueueName:       "dispatch.fifo",
+		Queues:          []config.Queue{{Name: "dispatch.fifo", Connections: 1}},
 		ProcessURL:      "http://127.0.0.1:8080/api/dispatch/process",
 		Pools:           []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}},
 		Insecure:        true,
@@ -357,6 +358,112 @@ processingPools:
 			}))
 			if !slices.Equal(c.Pools, want) {
 				t.Errorf("pools = %+v, want %+v", c.Pools, want)
+			}
+		})
+	}
+}
+
+// The queues: seed 002's file (queueUri or queueName, connections,
+// visibilityTimeout), DISPATCH_QUEUES, or the one-queue shorthand.
+func TestLoadQueues(t *testing.T) {
+	seed := "http://localhost:9324/000000000000/flow-catalyst-dispatch.fifo"
+	tests := []struct {
+		name string
+		env  map[string]string
+		file string
+		want []config.Queue
+	}{
+		{"the shorthand's URL", map[string]string{"DISPATCH_QUEUE_URL": seed}, "",
+			[]config.Queue{{URL: seed, Name: "flow-catalyst-dispatch.fifo", Connections: 1}}},
+		{"the shorthand's name", map[string]string{"DISPATCH_QUEUE_NAME": "orders.fifo"}, "",
+			[]config.Queue{{Name: "orders.fifo", Connections: 1}}},
+		{"seed 002's file", nil, `{"queues": [{"queueUri": "` + seed + `"}], "processingPools": [{"code": "DISPATCH-POOL", "concurrency": 5}]}`,
+			[]config.Queue{{URL: seed, Name: "flow-catalyst-dispatch.fifo", Connections: 1}}},
+		{"a file with several queues", nil, `
+queues:
+  - queueUri: ` + seed + `
+    connections: 3
+    visibilityTimeout: 120
+  - queueName: slow-partner.fifo
+    visibilityTimeout: 15m
+processingPools:
+  - {code: DISPATCH-POOL, concurrency: 5}
+`, []config.Queue{
+			{URL: seed, Name: "flow-catalyst-dispatch.fifo", Connections: 3, VisibilityTimeout: 2 * time.Minute},
+			{Name: "slow-partner.fifo", Connections: 1, VisibilityTimeout: 15 * time.Minute},
+		}},
+		{"a file with queues alone keeps DISPATCH_POOLS", map[string]string{"DISPATCH_POOLS": "A:2"},
+			`{"queues": [{"queueName": "a.fifo", "connections": 2}]}`, []config.Queue{{Name: "a.fifo", Connections: 2}}},
+		{"DISPATCH_QUEUES", map[string]string{"DISPATCH_QUEUES": seed + ":4, slow.fifo:1:300s ,https://sqs.eu-west-1.amazonaws.com/123456789012/c.fifo:2:45"}, "",
+			[]config.Queue{
+				{URL: seed, Name: "flow-catalyst-dispatch.fifo", Connections: 4},
+				{Name: "slow.fifo", Connections: 1, VisibilityTimeout: 5 * time.Minute},
+				{URL: "https://sqs.eu-west-1.amazonaws.com/123456789012/c.fifo", Name: "c.fifo", Connections: 2, VisibilityTimeout: 45 * time.Second},
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			if tt.file != "" {
+				env["DISPATCH_ROUTER_CONFIG"] = writeFile(t, "router.yaml", tt.file)
+			}
+			c := mustLoad(t, insecure(env))
+			if !slices.Equal(c.Queues, tt.want) {
+				t.Errorf("queues = %+v\nwant %+v", c.Queues, tt.want)
+			}
+		})
+	}
+	c := mustLoad(t, insecure(map[string]string{"DISPATCH_POOLS": "A:2",
+		"DISPATCH_ROUTER_CONFIG": writeFile(t, "router.yaml", `{"queues": [{"queueName": "a.fifo"}]}`)}))
+	if !slices.Equal(c.Pools, []config.Pool{{Code: "A", Concurrency: 2}}) {
+		t.Errorf("a file without processingPools: pools %+v, want DISPATCH_POOLS's", c.Pools)
+	}
+}
+
+func TestLoadQueuesErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		file string
+		want []string
+	}{
+		{"file queues and DISPATCH_QUEUES", map[string]string{"DISPATCH_QUEUES": "b.fifo"}, `{"queues": [{"queueName": "a.fifo"}]}`,
+			[]string{"DISPATCH_QUEUES must not be set"}},
+		{"file queues and the shorthand", map[string]string{"DISPATCH_QUEUE_URL": "http://h/1/a.fifo"}, `{"queues": [{"queueName": "a.fifo"}]}`,
+			[]string{"DISPATCH_QUEUE_URL and DISPATCH_QUEUE_NAME must not be set"}},
+		{"DISPATCH_QUEUES and the shorthand", map[string]string{"DISPATCH_QUEUES": "a.fifo", "DISPATCH_QUEUE_NAME": "b.fifo"}, "",
+			[]string{"DISPATCH_QUEUE_URL and DISPATCH_QUEUE_NAME must not be set with DISPATCH_QUEUES"}},
+		{"not FIFO", map[string]string{"DISPATCH_QUEUES": "a.fifo,plain"}, "", []string{`entry "plain"`}},
+		{"bad options", map[string]string{"DISPATCH_QUEUES": "a.fifo:x,b.fifo:1:soon,c.fifo:1:2:3"}, "",
+			[]string{`entry "a.fifo:x"`, `entry "b.fifo:1:soon"`, `entry "c.fifo:1:2:3"`}},
+		{"too many connections", map[string]string{"DISPATCH_QUEUES": "a.fifo:21"}, "", []string{"(a.fifo): connections must be 1 to 20"}},
+		{"visibility too long", map[string]string{"DISPATCH_QUEUES": "a.fifo:1:13h"}, "", []string{"(a.fifo): visibilityTimeout must be 1s to 12h"}},
+		{"twice", map[string]string{"DISPATCH_QUEUES": "a.fifo,http://h/1/a.fifo"}, "", []string{"queue a.fifo appears twice"}},
+		{"neither uri nor name", nil, `{"queues": [{"connections": 2}]}`, []string{"queue 1 has neither queueUri nor queueName"}},
+		{"relative uri", nil, `{"queues": [{"queueUri": "/1/a.fifo"}]}`, []string{"queueUri must be the absolute http(s) URL of a FIFO queue"}},
+		{"name not the uri's", nil, `{"queues": [{"queueUri": "http://h/1/a.fifo", "queueName": "b.fifo"}]}`,
+			[]string{`queueName "b.fifo" is not the name in queueUri`}},
+		{"bad visibility", nil, `{"queues": [{"queueName": "a.fifo", "visibilityTimeout": "soon"}]}`,
+			[]string{`queue 1: visibilityTimeout must be seconds (30) or a duration (30s) (got "soon")`}},
+		{"neither queues nor pools", nil, `{}`, []string{"defines neither queues nor processingPools"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			if tt.file != "" {
+				env["DISPATCH_ROUTER_CONFIG"] = writeFile(t, "router.yaml", tt.file)
+			}
+			msg := loadErr(t, insecure(env))
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not say %q:\n%s", w, msg)
+				}
 			}
 		})
 	}

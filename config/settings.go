@@ -61,11 +61,17 @@ var Settings = []Setting{
 		Help:     "IP addresses/CIDRs of the proxies in front of the API whose X-Forwarded-For/-Proto are believed"},
 
 	{Name: "DISPATCH_QUEUE_URL", Range: "an SQS queue URL", Commands: apiAndRouter,
+		Doc:  "The one-queue shorthand; not with DISPATCH_QUEUES or a DISPATCH_ROUTER_CONFIG file that lists queues.",
 		Help: "SQS FIFO queue URL; when empty DISPATCH_QUEUE_NAME is looked up"},
 	{Name: "DISPATCH_QUEUE_NAME", Range: "a name ending in .fifo", Default: DefaultQueueName, Commands: apiAndRouter,
 		Help: "SQS FIFO queue name, looked up when DISPATCH_QUEUE_URL is empty"},
+	{Name: "DISPATCH_QUEUES", Range: "URL_OR_NAME[:CONNECTIONS[:VISIBILITY_TIMEOUT]], comma-separated; each ending in .fifo, connections 1–20, visibility 1s–12h",
+		Doc: "Several queues: the router consumes all of them, each with its own receive loops (connections) and visibility timeout (the queue's own when not given), and a job may name any of them (`queueUrl`, by URL, or by name for a queue given by name). The first is the default. " +
+			"Example: `https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo:4,slow-partner.fifo:1:300s`. A DISPATCH_ROUTER_CONFIG file may list them instead (`queues`).",
+		Commands: apiAndRouter,
+		Help:     "several queues, the default first: URL_OR_NAME[:CONNECTIONS[:VISIBILITY_TIMEOUT]], comma-separated (instead of DISPATCH_QUEUE_URL/NAME)"},
 	{Name: "DISPATCH_QUEUE_CREATE", Range: "true or false", Default: "false", Commands: apiAndRouter,
-		Help: "create the named queue (FIFO, high throughput) when it does not exist"},
+		Help: "create the queues given by name (FIFO, high throughput) when they do not exist"},
 	{Name: "DISPATCH_SQS_TIMEOUT", Range: "100ms–5m", Default: dur(DefaultSQSTimeout), Commands: apiAndRouter,
 		Help: "deadline of every SQS call (a receive: its long-poll wait plus this)"},
 	{Name: "DISPATCH_RECEIVE_WAIT", Range: "1s–20s", Default: dur(DefaultReceiveWait), Commands: routerOnly,
@@ -75,7 +81,9 @@ var Settings = []Setting{
 	{Name: "DISPATCH_POOLS", Range: "CODE:CONCURRENCY[:RATE_PER_MINUTE], comma-separated; concurrency 1–1000", Default: DefaultPools, Commands: apiAndRouter,
 		Help: "processing pools, CODE:CONCURRENCY[:RATE_PER_MINUTE], comma-separated"},
 	{Name: "DISPATCH_ROUTER_CONFIG", Range: "a readable YAML or JSON file", Commands: apiAndRouter,
-		Help: "YAML/JSON file with processingPools, instead of DISPATCH_POOLS"},
+		Doc: "Seed 002's shape: `{\"queues\": [{\"queueUri\" or \"queueName\", \"connections\", \"visibilityTimeout\"}], \"processingPools\": [{\"code\", \"concurrency\", \"rateLimitPerMinute\"}]}`; " +
+			"`visibilityTimeout` in seconds (or a duration such as `300s`). Its queues replace DISPATCH_QUEUES and DISPATCH_QUEUE_URL/NAME, its pools DISPATCH_POOLS.",
+		Help: "YAML/JSON file with queues and processingPools (seed 002's router configuration)"},
 
 	{Name: "DISPATCH_API_TOKENS", Range: "comma-separated, 16+ characters each", Commands: apiOnly, Secret: true,
 		Help: "bearer tokens for /api/dispatch/*, comma-separated, 16+ characters each"},

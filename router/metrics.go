@@ -1,8 +1,10 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -45,21 +47,29 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 }
 
 // Handler serves the router's own listener: /health/live, /health/ready,
-// /monitoring/pools; metrics is mounted at /metrics when not nil.
+// /monitoring/pools, /monitoring/queues; metrics is mounted at /metrics
+// when not nil.
 func (r *Router) Handler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "UP"})
 	})
 	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "DOWN", "queue": "not answering"})
-			return
+		// Ready when every queue answers; the queues say which do not.
+		ready, queues := r.Readiness()
+		status, code := "UP", http.StatusOK
+		if !ready {
+			status, code = "DOWN", http.StatusServiceUnavailable
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "UP"})
+		writeJSON(w, code, map[string]any{"status": status, "queues": queues})
 	})
 	mux.HandleFunc("GET /monitoring/pools", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, r.Stats())
+	})
+	mux.HandleFunc("GET /monitoring/queues", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		writeJSON(w, http.StatusOK, r.Queues(ctx))
 	})
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)

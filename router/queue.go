@@ -174,6 +174,14 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 	return q.url, nil
 }
 
+// KnownURL is the queue's URL if it is known (configured, or looked up
+// already), "" otherwise. It makes no call.
+func (q *Queue) KnownURL() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.url
+}
+
 // Name is the queue's name: the last segment of its URL, or as configured.
 func (q *Queue) Name() string {
 	if q.cfg.URL != "" {

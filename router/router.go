@@ -1,5 +1,5 @@
-// Package router is dispatch's message router: it long-polls an SQS FIFO
-// queue for message pointers and feeds them into bounded processing pools,
+// Package router is dispatch's message router: it long-polls one or more
+// SQS FIFO queues for message pointers and feeds them into bounded processing pools,
 // whose workers hand each pointer to a Mediator. Messages of one group are
 // mediated one at a time in queue order; other groups run in parallel. The
 // package also holds the outbox publisher that puts pointers on the queue.
@@ -37,9 +37,22 @@ type PoolConfig struct {
 	RatePerMinute int // 0: unlimited
 }
 
+// Source is a queue the router consumes.
+type Source struct {
+	Queue *Queue
+	// Connections is how many receive loops long-poll it at once (0: 1).
+	Connections int
+	// VisibilityTimeout is the visibility a receive asks for and the
+	// heartbeat extends to (0: the queue's own).
+	VisibilityTimeout time.Duration
+}
+
 // Config configures a Router.
 type Config struct {
-	Pools []PoolConfig
+	// Sources are the queues to consume (besides the one given to New).
+	// A queue that is missing or failing does not stop the others.
+	Sources []Source
+	Pools   []PoolConfig
 	// DefaultPool receives pointers with unknown pool codes.
 	DefaultPool string
 	// ReceiveWait is the long-poll wait (≤ 20 s).
@@ -59,28 +72,69 @@ type Config struct {
 	Tracer *tracing.Tracer
 }
 
-// Router moves messages from a queue into pools.
+// Router moves messages from queues into pools.
 type Router struct {
-	q       *Queue
+	sources []*source
 	med     Mediator
 	cfg     Config
 	log     *slog.Logger
 	pools   map[string]*Pool
 	order   []*Pool
 	def     *Pool
-	deleter *deleter
-	vis     time.Duration // the queue's visibility timeout
 	maxHeld int
 	metrics *metrics
-	queueOK atomic.Bool // the last receive succeeded
 
 	mu       sync.Mutex
-	held     map[string]*message // by SQS MessageId: buffered and in flight
-	groups   map[string]int      // held messages per group
-	holds    map[string]hold     // groups waiting for a failed message to come back
-	warned   map[string]bool     // unknown pool codes already logged
+	held     map[heldKey]*message // buffered and in flight
+	groups   map[string]int       // held messages per group
+	holds    map[string]hold      // groups waiting for a failed message to come back
+	warned   map[string]bool      // unknown pool codes already logged
 	stopping bool
-	space    chan struct{} // signalled when held shrinks
+	reserved int           // messages asked for by receives under way
+	loops    int           // receive loops, of all queues
+	space    chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
+}
+
+// heldKey names a held message: its queue and its SQS MessageId (stable
+// across redeliveries).
+type heldKey struct {
+	src *source
+	id  string
+}
+
+// source is a consumed queue and what the router knows of it.
+type source struct {
+	Source
+	name    string
+	deleter *deleter
+	vis     atomic.Int64 // the visibility timeout in effect (ns), once the queue has answered
+
+	ok                                  atomic.Bool // the last call to the queue succeeded
+	receives, received, receiveFailures atomic.Int64
+
+	mu        sync.Mutex
+	lastError string // the last failure, "" after a success
+	failedAt  time.Time
+}
+
+func (s *source) visibility() time.Duration { return time.Duration(s.vis.Load()) }
+
+// failed records a failed call to the queue.
+func (s *source) failed(err error) {
+	s.ok.Store(false)
+	s.mu.Lock()
+	s.lastError, s.failedAt = err.Error(), time.Now()
+	s.mu.Unlock()
+}
+
+func (s *source) succeeded() {
+	if s.ok.Load() {
+		return
+	}
+	s.ok.Store(true)
+	s.mu.Lock()
+	s.lastError = ""
+	s.mu.Unlock()
 }
 
 // hold keeps a group's later jobs back after one of its messages failed:
@@ -94,6 +148,7 @@ type hold struct {
 
 type message struct {
 	Message
+	src *source // the queue it came from
 	ptr dispatch.Pointer
 	// seq is the job's place in its group (the pointer's sequence, or, for
 	// a pointer sent before sequences existed, its job id, which the
@@ -120,10 +175,17 @@ type deferredRelease struct {
 	at    time.Time
 }
 
-// New returns a Router over q.
+// New returns a Router over q (nil: none) and cfg.Sources.
 func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("router: no pools configured")
+	}
+	srcs := cfg.Sources
+	if q != nil {
+		srcs = append([]Source{{Queue: q}}, srcs...)
+	}
+	if len(srcs) == 0 {
+		return nil, errors.New("router: no queues configured")
 	}
 	if cfg.Buffer <= 0 {
 		cfg.Buffer = 10
@@ -132,9 +194,15 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
 	r := &Router{
-		q: q, med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
-		pools: map[string]*Pool{}, held: map[string]*message{}, groups: map[string]int{}, holds: map[string]hold{}, warned: map[string]bool{},
-		space: make(chan struct{}, 1),
+		med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
+		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, holds: map[string]hold{}, warned: map[string]bool{},
+	}
+	for _, sc := range srcs {
+		if sc.Connections <= 0 {
+			sc.Connections = 1
+		}
+		r.sources = append(r.sources, &source{Source: sc, name: sc.Queue.Name(), deleter: newDeleter(sc.Queue, r.log)})
+		r.loops += sc.Connections
 	}
 	for _, pc := range cfg.Pools {
 		p := newPool(pc, &r.mu)
@@ -147,29 +215,20 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	if r.def == nil {
 		r.def = r.order[0]
 	}
-	r.deleter = newDeleter(q, r.log)
 	r.metrics = newMetrics(cfg.Registerer, r)
 	return r, nil
 }
 
-// Run receives and mediates until ctx is cancelled, then stops in two
-// phases: it stops receiving and releases every message not started
-// (visibility 0), lets in-flight mediations finish for up to
-// ShutdownTimeout, then cancels them and releases their messages.
+// Run receives from every queue and mediates until ctx is cancelled, then
+// stops in two phases: it stops receiving and releases every message not
+// started (visibility 0), lets in-flight mediations finish for up to
+// ShutdownTimeout, then cancels them and releases their messages. A queue
+// that does not answer is retried on its own; the others go on.
 func (r *Router) Run(ctx context.Context) error {
-	vis, err := r.visibilityTimeout(ctx)
-	if err != nil {
-		return nil // cancelled before the queue ever answered
-	}
-	r.vis = vis
-	if vis < r.cfg.MediationTimeout {
-		r.log.Warn("queue visibility timeout is shorter than the mediation timeout; the heartbeat extends in-flight messages, but raise the queue's VisibilityTimeout",
-			"visibility_timeout", vis.String(), "mediation_timeout", r.cfg.MediationTimeout.String())
-	}
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	var workers, helpers sync.WaitGroup
+	var workers, helpers, receivers sync.WaitGroup
 	for _, p := range r.order {
 		for range p.concurrency {
 			workers.Add(1)
@@ -179,23 +238,28 @@ func (r *Router) Run(ctx context.Context) error {
 			}()
 		}
 	}
+	// The helpers (deletes, heartbeats) outlive the receives: in-flight
+	// mediations still finish after the stop.
 	helperCtx, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
-	helpers.Add(2)
-	go func() { defer helpers.Done(); r.deleter.run(helperCtx) }()
-	go func() { defer helpers.Done(); r.heartbeat(helperCtx) }()
+	for _, s := range r.sources {
+		helpers.Add(1)
+		go func() { defer helpers.Done(); s.deleter.run(helperCtx) }()
+		receivers.Add(1)
+		go func() { defer receivers.Done(); r.consume(ctx, helperCtx, &helpers, s) }()
+	}
 
 	// The shutdown deadline counts from the signal, not from the end of
 	// the last poll, so the whole stop fits in ShutdownTimeout.
 	deadline := make(chan time.Time, 1)
 	stopWatch := context.AfterFunc(ctx, func() { deadline <- time.Now().Add(r.cfg.ShutdownTimeout) })
 	defer stopWatch()
-	r.log.Info("router started", "pools", len(r.order), "visibility_timeout", vis.String())
-	// receive returns at once: its long poll is cancelled with ctx, so a
-	// stop does not wait out a 20 s poll. (The SQS stand-in takes nothing
-	// for a poll whose client has gone; real SQS may still hand that poll a
-	// message, which then comes back after its visibility timeout: later,
-	// never lost.)
-	r.receive(ctx)
+	r.log.Info("router started", "pools", len(r.order), "queues", len(r.sources))
+	// The receives return at once: their long polls are cancelled with
+	// ctx, so a stop does not wait out a 20 s poll. (The SQS stand-in takes
+	// nothing for a poll whose client has gone; real SQS may still hand
+	// that poll a message, which then comes back after its visibility
+	// timeout: later, never lost.)
+	receivers.Wait()
 
 	// Phase 1: no more receiving; give back what has not started.
 	r.mu.Lock()
@@ -223,37 +287,74 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	stopHelpers()
 	helpers.Wait()
-	r.deleter.flush(context.Background())
+	for _, s := range r.sources {
+		s.deleter.flush(context.Background())
+	}
 	r.log.Info("router stopped", "released_unstarted", len(unstarted))
 	return nil
 }
 
+// consume waits for the queue to answer, then runs its heartbeat (under
+// helperCtx, counted in helpers) and its receive loops until ctx ends.
+func (r *Router) consume(ctx, helperCtx context.Context, helpers *sync.WaitGroup, s *source) {
+	vis, err := r.visibilityTimeout(ctx, s)
+	if err != nil {
+		return // stopped before the queue ever answered
+	}
+	if s.VisibilityTimeout > 0 {
+		vis = s.VisibilityTimeout // each receive asks for it
+	}
+	s.vis.Store(int64(vis))
+	if vis < r.cfg.MediationTimeout {
+		r.log.Warn("queue visibility timeout is shorter than the mediation timeout; the heartbeat extends in-flight messages, but raise the queue's VisibilityTimeout",
+			"queue", s.name, "visibility_timeout", vis.String(), "mediation_timeout", r.cfg.MediationTimeout.String())
+	}
+	helpers.Add(1)
+	go func() { defer helpers.Done(); r.heartbeat(helperCtx, s) }()
+	r.log.Info("consuming queue", "queue", s.name, "connections", s.Connections, "visibility_timeout", vis.String())
+	var loops sync.WaitGroup
+	for range s.Connections {
+		loops.Add(1)
+		go func() { defer loops.Done(); r.receive(ctx, s) }()
+	}
+	loops.Wait()
+}
+
 // visibilityTimeout waits for the queue to answer, retrying with backoff.
-func (r *Router) visibilityTimeout(ctx context.Context) (time.Duration, error) {
+func (r *Router) visibilityTimeout(ctx context.Context, s *source) (time.Duration, error) {
 	backoff := 500 * time.Millisecond
 	for {
-		vis, err := r.q.VisibilityTimeout(ctx)
+		vis, err := s.Queue.VisibilityTimeout(ctx)
 		if err == nil {
+			s.succeeded()
 			return vis, nil
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		r.log.Warn("queue not available yet; retrying", "err", err, "backoff", backoff.String())
+		s.failed(err)
+		r.log.Warn("queue not available yet; retrying", "queue", s.name, "err", err, "backoff", backoff.String())
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, 10*time.Second)
 	}
 }
 
-// Ready reports whether the router has started and its last receive
-// succeeded. A router with every slot busy does not receive, and is ready.
-func (r *Router) Ready() bool { return r.queueOK.Load() }
+// Ready reports whether every queue answered its last call. A router with
+// every slot busy does not receive, and is ready.
+func (r *Router) Ready() bool {
+	for _, s := range r.sources {
+		if !s.ok.Load() {
+			return false
+		}
+	}
+	return true
+}
 
 // receiveAttemptLife is how long the router retries a failed receive under
 // one ReceiveRequestAttemptId (SQS honours one for five minutes).
 const receiveAttemptLife = 4 * time.Minute
 
-func (r *Router) receive(ctx context.Context) {
+func (r *Router) receive(ctx context.Context, s *source) {
 	backoff := 100 * time.Millisecond
 	// A receive whose answer is lost leaves its messages in flight on the
 	// queue. Until a receive succeeds, every try carries the same attempt
@@ -263,10 +364,10 @@ func (r *Router) receive(ctx context.Context) {
 	var attempt string
 	var attemptAt time.Time
 	for ctx.Err() == nil {
-		room := r.room()
+		room, wait := r.reserve()
 		if room <= 0 {
 			select {
-			case <-r.space:
+			case <-wait:
 			case <-ctx.Done():
 			}
 			continue
@@ -275,9 +376,11 @@ func (r *Router) receive(ctx context.Context) {
 			attempt, attemptAt = NewReceiveAttempt(), time.Now()
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.ReceiveWait+15*time.Second)
-		msgs, err := r.q.Receive(pollCtx, min(10, room), r.cfg.ReceiveWait, 0, attempt)
+		s.receives.Add(1)
+		msgs, err := s.Queue.Receive(pollCtx, room, r.cfg.ReceiveWait, s.VisibilityTimeout, attempt)
 		cancel()
 		if err != nil {
+			r.unreserve(room)
 			if ctx.Err() != nil {
 				return
 			}
@@ -285,21 +388,24 @@ func (r *Router) receive(ctx context.Context) {
 				attempt = "" // what it handed out has moved on; receive afresh
 				continue
 			}
-			r.queueOK.Store(false)
-			r.log.Warn("receive failed; retrying", "err", err, "backoff", backoff.String())
+			s.receiveFailures.Add(1)
+			s.failed(err)
+			r.log.Warn("receive failed; retrying", "queue", s.name, "err", err, "backoff", backoff.String())
 			sleepCtx(ctx, backoff)
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
 		attempt = ""
 		backoff = 100 * time.Millisecond
-		r.queueOK.Store(true)
+		s.succeeded()
+		s.received.Add(int64(len(msgs)))
 		var held []*message
 		for _, m := range msgs {
-			if h := r.accept(m); h != nil {
+			if h := r.accept(s, m); h != nil {
 				held = append(held, h)
 			}
 		}
+		r.unreserve(room)
 		r.releaseHeld(held)
 	}
 }
@@ -326,17 +432,17 @@ func (r *Router) releaseHeld(msgs []*message) {
 // is refreshed), cannot be parsed (then it is dropped), or belongs to a
 // group on hold behind an earlier failed job (then it is returned, to be
 // released).
-func (r *Router) accept(qm Message) *message {
+func (r *Router) accept(s *source, qm Message) *message {
 	r.metrics.received.Inc()
 	var ptr dispatch.Pointer
 	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
-		r.log.Error("unparseable message dropped", "message_id", qm.ID)
-		r.deleter.add(qm.Receipt)
+		r.log.Error("unparseable message dropped", "message_id", qm.ID, "queue", s.name)
+		s.deleter.add(qm.Receipt)
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h, ok := r.held[qm.ID]; ok {
+	if h, ok := r.held[heldKey{s, qm.ID}]; ok {
 		h.Receipt = qm.Receipt
 		r.metrics.duplicates.Inc()
 		return nil
@@ -361,7 +467,7 @@ func (r *Router) accept(qm Message) *message {
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	m := &message{Message: qm, ptr: ptr, seq: seq, group: group, pool: p}
+	m := &message{Message: qm, src: s, ptr: ptr, seq: seq, group: group, pool: p}
 	if h, ok := r.holds[group]; ok {
 		if time.Now().After(h.expires) {
 			delete(r.holds, group)
@@ -370,7 +476,7 @@ func (r *Router) accept(qm Message) *message {
 		}
 	}
 	if r.cfg.Tracer.Enabled() {
-		m.traced = r.startReceive(qm, ptr, p)
+		m.traced = r.startReceive(s, qm, ptr, p)
 	}
 	r.hold(m)
 	p.add(m)
@@ -429,9 +535,8 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		r.unhold(m)
 		receipt := m.Receipt
 		r.mu.Unlock()
-		r.signalSpace()
 		if err == nil {
-			r.deleter.add(receipt)
+			m.src.deleter.add(receipt)
 			continue
 		}
 		r.release(append([]*message{m}, released...), delay)
@@ -447,7 +552,7 @@ func (r *Router) holdGroup(m *message, delay time.Duration) {
 		h = hold{seq: m.seq}
 	}
 	h.until = now.Add(delay)
-	h.expires = h.until.Add(max(r.vis, 30*time.Second))
+	h.expires = h.until.Add(max(m.src.visibility(), 30*time.Second))
 	r.holds[m.group] = h
 }
 
@@ -465,7 +570,7 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 		return
 	}
 	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
-	changes := make([]Visibility, 0, len(msgs))
+	changes := map[*source][]Visibility{}
 	r.mu.Lock()
 	for _, m := range msgs {
 		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
@@ -475,63 +580,93 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 			m.deferred = &deferredRelease{delay: delay, at: time.Now()}
 			continue
 		}
-		changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
+		changes[m.src] = append(changes[m.src], Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
 	}
 	r.mu.Unlock()
-	r.changeVisibility(changes, "cannot change visibility; the messages return when their timeout ends")
+	for s, c := range changes {
+		r.changeVisibility(s, c, "cannot change visibility; the messages return when their timeout ends")
+	}
 }
 
-// changeVisibility sends visibility changes in batches of 10, each call
-// under the queue's deadline.
-func (r *Router) changeVisibility(changes []Visibility, warning string) {
+// changeVisibility sends visibility changes to s in batches of 10, each
+// call under the queue's deadline.
+func (r *Router) changeVisibility(s *source, changes []Visibility, warning string) {
 	if len(changes) == 0 {
 		return
 	}
 	ctx := context.Background()
-	if err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) }); err != nil {
-		r.log.Warn(warning, "err", err)
+	if err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }); err != nil {
+		r.log.Warn(warning, "queue", s.name, "err", err)
 	}
 }
 
 // hold and unhold track a buffered or in-flight message (lock held).
 func (r *Router) hold(m *message) {
-	r.held[m.ID] = m
+	r.held[heldKey{m.src, m.ID}] = m
 	r.groups[m.group]++
 }
 
 func (r *Router) unhold(m *message) {
-	if _, ok := r.held[m.ID]; !ok {
+	k := heldKey{m.src, m.ID}
+	if _, ok := r.held[k]; !ok {
 		return
 	}
-	delete(r.held, m.ID)
+	delete(r.held, k)
 	if r.groups[m.group]--; r.groups[m.group] <= 0 {
 		delete(r.groups, m.group)
 	}
+	r.wakeReceivers()
 }
 
-// room is how many more messages a receive may ask for. The bound is on
-// groups, not messages: a FIFO queue hands out several messages of one group
-// at once, and those wait behind each other without needing a worker, so
-// counting them would fill the buffer with a few groups and leave the
-// workers idle. Messages in all are still bounded, at ten per group slot.
-func (r *Router) room() int {
+// reserve takes room for the messages a receive may ask for, or returns
+// a channel closed when there may be room. The bound is on groups, not
+// messages: a FIFO queue hands out several messages of one group at once,
+// and those wait behind each other without needing a worker, so counting
+// them would fill the buffer with a few groups and leave the workers idle.
+// Messages in all are still bounded, at ten per group slot. Every receive
+// loop of every queue takes its room here, so together they never ask for
+// more than the pools can start soon.
+func (r *Router) reserve() (int, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return max(0, min(r.maxHeld-len(r.groups), 10*r.maxHeld-len(r.held)))
+	free := min(r.maxHeld-len(r.groups), 10*r.maxHeld-len(r.held)) - r.reserved
+	// Each receive loop takes its share, so that every queue's loops poll
+	// at once, and a queue with a deep backlog cannot take all the room
+	// from the others.
+	n := min(10, max(0, free), max(1, free/r.loops))
+	if n == 0 {
+		if r.space == nil {
+			r.space = make(chan struct{})
+		}
+		return 0, r.space
+	}
+	r.reserved += n
+	return n, nil
 }
 
-func (r *Router) signalSpace() {
-	select {
-	case r.space <- struct{}{}:
-	default:
+// unreserve gives back the room a receive took, its messages now held.
+func (r *Router) unreserve(n int) {
+	r.mu.Lock()
+	r.reserved -= n
+	r.wakeReceivers()
+	r.mu.Unlock()
+}
+
+// wakeReceivers wakes the receives waiting for room (lock held).
+func (r *Router) wakeReceivers() {
+	if r.space != nil {
+		close(r.space)
+		r.space = nil
 	}
 }
 
-// heartbeat keeps every held message invisible while the router has it.
-// Its calls run under the queue's deadline and hold no lock: a hung call
-// delays only the releases of the messages it is extending, never a worker.
-func (r *Router) heartbeat(ctx context.Context) {
-	period := max(r.vis/3, 250*time.Millisecond)
+// heartbeat keeps every message held from s invisible while the router
+// has it. Its calls run under the queue's deadline and hold no lock: a hung
+// call delays only the releases of the messages it is extending, never a
+// worker.
+func (r *Router) heartbeat(ctx context.Context, s *source) {
+	vis := s.visibility()
+	period := max(vis/3, 250*time.Millisecond)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -541,12 +676,15 @@ func (r *Router) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		r.mu.Lock()
-		msgs := make([]*message, 0, len(r.held))
-		changes := make([]Visibility, 0, len(r.held))
-		for _, m := range r.held {
+		var msgs []*message
+		var changes []Visibility
+		for k, m := range r.held {
+			if k.src != s {
+				continue
+			}
 			m.extending = true
 			msgs = append(msgs, m)
-			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: r.vis})
+			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: vis})
 		}
 		for g, h := range r.holds { // holds of groups that never came back
 			if time.Now().After(h.expires) {
@@ -554,9 +692,9 @@ func (r *Router) heartbeat(ctx context.Context) {
 			}
 		}
 		r.mu.Unlock()
-		err := chunks(changes, func(c []Visibility) error { return r.q.ChangeVisibilityBatch(ctx, c) })
+		err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) })
 		if err != nil && ctx.Err() == nil {
-			r.log.Warn("heartbeat failed", "err", err)
+			r.log.Warn("heartbeat failed", "queue", s.name, "err", err)
 		}
 		// Releases that came in during the call go out now, after it.
 		now := time.Now()
@@ -572,7 +710,7 @@ func (r *Router) heartbeat(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		for _, changes := range byDelay {
-			r.changeVisibility(changes, "cannot change visibility; the messages return when their timeout ends")
+			r.changeVisibility(s, changes, "cannot change visibility; the messages return when their timeout ends")
 		}
 	}
 }
@@ -749,9 +887,9 @@ func (r *Router) Stats() []PoolStats {
 // startReceive starts a received message's span: a CONSUMER span of the
 // trace its attributes carry (the job's create), per OpenTelemetry's
 // messaging conventions for SQS, open until its mediation ends.
-func (r *Router) startReceive(qm Message, ptr dispatch.Pointer, p *Pool) context.Context {
+func (r *Router) startReceive(s *source, qm Message, ptr dispatch.Pointer, p *Pool) context.Context {
 	ctx := r.cfg.Tracer.Decode(context.Background(), tracing.FromCarrier(qm.Attributes))
-	name := r.q.Name()
+	name := s.name
 	ctx, _ = r.cfg.Tracer.Start(ctx, "receive "+name, trace.SpanKindConsumer,
 		attribute.String("messaging.system", "aws_sqs"),
 		attribute.String("messaging.operation.type", "receive"),

@@ -336,13 +336,12 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 	}
-	q, err := router.OpenQueue(ctx, router.QueueConfig{URL: a.cfg.QueueURL, Name: a.cfg.QueueName,
-		Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout,
-		VisibilityTimeout: a.cfg.DeliveryTimeout + 30*time.Second}) // a queue it creates outlasts a mediation
+	queues, err := a.openQueues(ctx)
 	if err != nil {
 		return err
 	}
-	stopStartup() // from here on, the API and the router answer on their ports
+	q := queues[0] // the default queue: jobs that name none go there
+	stopStartup()  // from here on, the API and the router answer on their ports
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	// Whether delivery falls behind: the backlog from the database (the
 	// router alone has none) and the queue's depth, read at each scrape.
@@ -350,7 +349,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	if st != nil {
 		backlog = st.Backlog
 	}
-	if err := a.reg.Register(newBacklogCollector(backlog, q.Depth)); err != nil {
+	if err := a.reg.Register(newBacklogCollector(backlog, totalDepth(queues))); err != nil {
 		return err
 	}
 
@@ -428,8 +427,12 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if local != nil {
 			med = local
 		}
-		rt, err := router.New(q, med, router.Config{
-			Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
+		sources := make([]router.Source, len(queues))
+		for i, rq := range queues {
+			sources[i] = router.Source{Queue: rq, Connections: a.cfg.Queues[i].Connections, VisibilityTimeout: a.cfg.Queues[i].VisibilityTimeout}
+		}
+		rt, err := router.New(nil, med, router.Config{
+			Sources: sources, Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			Logger: a.log, Registerer: a.reg, Tracer: tracer,
 		})
@@ -476,6 +479,46 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	err = g.Wait()
 	a.log.Info("stopped")
 	return err
+}
+
+// openQueues opens the configured queues, the default first. None is
+// contacted yet: a queue that is missing or failing is retried by whatever
+// uses it, without holding up the others.
+func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
+	out := make([]*router.Queue, len(a.cfg.Queues))
+	for i, cq := range a.cfg.Queues {
+		vis := cq.VisibilityTimeout
+		if vis == 0 {
+			vis = a.cfg.DeliveryTimeout + 30*time.Second // a queue it creates outlasts a mediation
+		}
+		name := cq.Name
+		if cq.URL != "" {
+			name = "" // used as is
+		}
+		q, err := router.OpenQueue(ctx, router.QueueConfig{URL: cq.URL, Name: name,
+			Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout, VisibilityTimeout: vis})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = q
+	}
+	return out, nil
+}
+
+// totalDepth reads every queue's depth and adds them up: the queue gauges
+// count what waits on all of them (/monitoring/queues has each).
+func totalDepth(queues []*router.Queue) func(context.Context) (router.Depth, error) {
+	return func(ctx context.Context) (router.Depth, error) {
+		var sum router.Depth
+		for _, q := range queues {
+			d, err := q.Depth(ctx)
+			if err != nil {
+				return router.Depth{}, fmt.Errorf("%s: %w", q.Name(), err)
+			}
+			sum.Visible, sum.InFlight, sum.Delayed = sum.Visible+d.Visible, sum.InFlight+d.InFlight, sum.Delayed+d.Delayed
+		}
+		return sum, nil
+	}
 }
 
 // loopbackAddr turns a wildcard listener address into one to dial.
