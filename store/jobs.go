@@ -25,10 +25,20 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 // dispatch_job), with the payload taken from dispatch_payload: a job's
 // payload is written there once, so that the updates of its row do not
 // copy it. Jobs stored before that keep it in their row.
-func jobCols(alias string) string {
+func jobCols(alias string) string { return jobColsIn(alias, "", "") }
+
+// jobColsIn is jobCols for a statement whose jobs all have ids between the
+// parameters lo and hi: the payload's look-up then reads only the payload
+// partitions of those ids (PostgreSQL prunes the others when the statement
+// starts, not row by row).
+func jobColsIn(alias, lo, hi string) string {
 	cols := qualified(alias, jobColumns)
+	within := ""
+	if lo != "" {
+		within = " AND p.job_id BETWEEN " + lo + " AND " + hi
+	}
 	return strings.Replace(cols, alias+".payload,",
-		alias+".payload, (SELECT p.body FROM dispatch_payload p WHERE p.job_id = "+alias+".id),", 1)
+		alias+".payload, (SELECT p.body FROM dispatch_payload p WHERE p.job_id = "+alias+".id"+within+"),", 1)
 }
 
 func scanJob(row pgx.Row) (dispatch.Job, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestClaimIsPlannedByPrimaryKeyWithStaleStatistics(t *testing.T) {
 	}
 	var plan []byte
 	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimManySQL,
-		ids, times(now), times(now.Add(time.Minute)), times(now.Add(time.Second))).Scan(&plan); err != nil {
+		ids, times(now), times(now.Add(time.Minute)), times(now.Add(time.Second)), slices.Min(ids), slices.Max(ids)).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	// Each partition holding jobs is read by its primary key. (An empty

@@ -151,18 +151,17 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 }
 
 // claimManySQL claims the jobs $1 with, per job, the claim time $2, the
-// lease end $3 and the latest due time $4.
+// lease end $3 and the latest due time $4; $5 and $6 are the least and
+// greatest of the ids.
 var claimManySQL = `
 	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
 		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, send_lease = NULL
 	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.cid AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
+	WHERE j.id = i.cid AND j.id BETWEEN $5 AND $6 AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
 		AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
-		AND (j.group_id IS NULL OR NOT EXISTS (
-			SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.seq < j.seq
-				AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
-	RETURNING ` + jobCols("j")
+		AND (j.group_id IS NULL OR NOT dispatch_live_predecessor(j.group_id, j.seq))
+	RETURNING ` + jobColsIn("j", "$5", "$6")
 
 // claimMany is the fast-path statement for a batch of distinct jobs.
 //
@@ -188,7 +187,10 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, claimManySQL, ids, nows, untils, dues)
+	// The batch's id range lets PostgreSQL set aside, when the statement
+	// starts, every partition but the ones these jobs are in.
+	lo, hi := slices.Min(ids), slices.Max(ids)
+	rows, err := s.pool.Query(ctx, claimManySQL, ids, nows, untils, dues, lo, hi)
 	if err != nil {
 		return err
 	}
@@ -233,7 +235,8 @@ const finishManySQL = `
 		claimed_until = NULL, updated_at = i.completed_at
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.job_id AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+	WHERE j.id = i.job_id AND j.id BETWEEN $15 AND $16
+		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
 	RETURNING j.id`
 
 // qualified prefixes every column of a comma-separated list with alias.
@@ -395,7 +398,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	defer cancel()
 	rows, err := s.pool.Query(ctx, finishManySQL,
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
-		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts)
+		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts, slices.Min(jobIDs), slices.Max(jobIDs))
 	if err != nil {
 		return err
 	}
@@ -494,9 +497,7 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
 				-- A pointer sent again (stepped aside, or replacing a lost
 				-- one) waits until no earlier job of its group is live.
-				AND (pointer_gen = 0 OR group_id IS NULL OR NOT EXISTS (
-					SELECT 1 FROM dispatch_job p WHERE p.group_id = j.group_id AND p.seq < j.seq
-						AND p.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')))
+				AND (pointer_gen = 0 OR group_id IS NULL OR NOT dispatch_live_predecessor(j.group_id, j.seq))
 			ORDER BY next_attempt_at, id LIMIT `+strconv.Itoa(limit)+`
 			FOR UPDATE SKIP LOCKED))
 		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id), COALESCE(trace_context, '')`, now, now.Add(s.sendLease))

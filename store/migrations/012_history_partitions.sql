@@ -103,6 +103,18 @@ END $$;
 CREATE INDEX idx_event_type ON dispatch_event (type, id DESC);
 CREATE INDEX idx_event_source ON dispatch_event (source, id DESC);
 
+-- Whether a job of group g placed before s is still live: the claim's and
+-- the outbox's order check. A function, not a subquery, so that a
+-- statement that never calls it (a batch of jobs without a group) does
+-- not open and lock every partition of dispatch_job for it on each run.
+CREATE FUNCTION dispatch_live_predecessor(g TEXT, s BIGINT) RETURNS BOOLEAN
+LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM dispatch_job
+        WHERE group_id = g AND seq < s AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED'));
+END
+$fn$;
+
 INSERT INTO dispatch_partition (name, parent, lo, hi, from_time, to_time)
 SELECT p.name, p.parent, NULL, b.hi, NULL, b.to_time
 FROM dispatch_legacy_bound b,
