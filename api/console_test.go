@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
 	"regexp"
@@ -293,5 +294,57 @@ func TestMonitoringShowsPoolsAndOpenBreakers(t *testing.T) {
 	r := g.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).object(t)
 	if r["pools"] != nil || r["poolsError"] == "" {
 		t.Errorf("without a router: %v, want pools null and a reason", r)
+	}
+}
+
+// The backlog says how far delivery is behind: live jobs by state, the
+// pointers not on the queue, the longest wait of a due job by the server's
+// clock, and the queue's depth; a queue that cannot be read is named
+// without failing the rest.
+func TestBacklogShowsLiveJobsWaitAndQueueDepth(t *testing.T) {
+	t.Parallel()
+	later := time.Now().Add(90 * time.Second) // the server's clock: the jobs below have waited 90 s
+	f := setup(t, withConfig(func(c *api.Config) {
+		c.Now = func() time.Time { return later }
+		c.QueueDepth = func(context.Context) (api.QueueDepth, error) {
+			return api.QueueDepth{Name: "dispatch.fifo", Visible: 7, InFlight: 2, Delayed: 1}, nil
+		}
+	}))
+	f.createJob(t)
+	f.createJob(t)
+	retried := f.createJob(t)
+	f.runAttempt(t, retried.ID, dispatch.AttemptFailure, 503, dispatch.Transition{Status: dispatch.StatusFailed,
+		LastError: "HTTP 503", NextAttemptAt: later.Add(time.Hour)})
+	f.createJob(t, "scheduledFor", later.Add(24*time.Hour).Format(time.RFC3339))
+
+	var b struct {
+		Pending, InProgress, Failed, Unsent int
+		OldestDueAt                         *string
+		OldestWaitSeconds                   float64
+		Queue                               *struct {
+			Name                       string
+			Visible, InFlight, Delayed int
+		}
+		QueueError string
+	}
+	f.do(t, "GET", "/api/dispatch/backlog", "").want(t, http.StatusOK).decode(t, &b)
+	if b.Pending != 3 || b.Failed != 1 || b.InProgress != 0 || b.Unsent != 2 {
+		t.Errorf("backlog = %+v, want 3 PENDING (one scheduled for tomorrow), 1 FAILED, 2 unsent (the due ones)", b)
+	}
+	if b.OldestDueAt == nil || b.OldestWaitSeconds < 85 || b.OldestWaitSeconds > 120 {
+		t.Errorf("oldest due at %v, waited %.1f s; want about 90 s", b.OldestDueAt, b.OldestWaitSeconds)
+	}
+	if b.Queue == nil || b.Queue.Name != "dispatch.fifo" || b.Queue.Visible != 7 || b.Queue.InFlight != 2 || b.Queue.Delayed != 1 || b.QueueError != "" {
+		t.Errorf("queue = %+v (%q), want the depth read", b.Queue, b.QueueError)
+	}
+
+	down := setup(t, withConfig(func(c *api.Config) {
+		c.QueueDepth = func(context.Context) (api.QueueDepth, error) {
+			return api.QueueDepth{}, errors.New("AWS.SimpleQueueService.NonExistentQueue")
+		}
+	}))
+	r := down.do(t, "GET", "/api/dispatch/backlog", "").want(t, http.StatusOK).object(t)
+	if r["queue"] != nil || !strings.Contains(r["queueError"].(string), "NonExistentQueue") || r["pending"] != 0.0 || r["oldestDueAt"] != nil {
+		t.Errorf("with the queue not answering: %v, want queue null, the reason, and an empty backlog", r)
 	}
 }

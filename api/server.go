@@ -40,6 +40,7 @@ type Store interface {
 	ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error)
 	CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error)
 	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
+	Backlog(ctx context.Context, now time.Time) (dispatch.Backlog, error)
 	Storage(ctx context.Context) (dispatch.Storage, error)
 	Ping(ctx context.Context) error
 	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
@@ -82,6 +83,9 @@ type Config struct {
 	Pools func(context.Context) (json.RawMessage, error)
 	// Breakers lists the circuit breakers open in this process (nil: none).
 	Breakers func() []OpenBreaker
+	// QueueDepth reads the message counts of the queue this API sends
+	// pointers to (nil: not shown).
+	QueueDepth func(context.Context) (QueueDepth, error)
 	// ShutdownTimeout bounds how long in-flight requests may finish on stop.
 	ShutdownTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included; a client
@@ -238,6 +242,7 @@ func (s *Server) routes() *gin.Engine {
 	jobs.GET("/stats", s.stats)
 	jobs.GET("/monitoring", s.monitoring)
 	jobs.GET("/storage", s.storage)
+	jobs.GET("/backlog", s.backlog)
 	jobs.POST("/jobs", s.limitBody, s.createJob)
 	jobs.POST("/jobs/batch", s.limitBody, s.createJobs)
 	jobs.GET("/jobs", s.searchJobs)

@@ -405,7 +405,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
 			Verifier: mediator.NewVerifier(st, sender, a.log),
 			Pools:    a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
-			PublicURL: a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
+			QueueDepth: queueDepth(q),
+			PublicURL:  a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
 			Tracer: tracer,
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
@@ -568,6 +569,17 @@ func (a *app) routerPools(withRouter bool, inProcess *atomic.Pointer[router.Rout
 			return nil, err
 		}
 		return doc, nil
+	}
+}
+
+// queueDepth reads q's message counts for the console's backlog.
+func queueDepth(q *router.Queue) func(context.Context) (api.QueueDepth, error) {
+	return func(ctx context.Context) (api.QueueDepth, error) {
+		d, err := q.Depth(ctx)
+		if err != nil {
+			return api.QueueDepth{}, err
+		}
+		return api.QueueDepth{Name: q.Name(), Visible: d.Visible, InFlight: d.InFlight, Delayed: d.Delayed}, nil
 	}
 }
 

@@ -48,9 +48,30 @@ export function ago(iso) {
   return Math.round(s / 86400) + 'd ago';
 }
 
-export function ms(v) {
+// ms shows a duration in milliseconds. Below 1 ms it keeps a decimal
+// (0.4 ms); a duration recorded in whole milliseconds (whole: an attempt's,
+// and the percentiles of those) that is below 1 was under a millisecond.
+export function ms(v, whole = false) {
   if (v === null || v === undefined) return '—';
+  if (v < 1) {
+    if (whole) return '<1 ms';
+    return v < 0.05 ? '<0.1 ms' : v.toFixed(1) + ' ms';
+  }
+  if (v < 10) return (Math.round(v * 10) / 10) + ' ms';
   return v < 1000 ? Math.round(v) + ' ms' : (v / 1000).toFixed(2) + ' s';
+}
+
+// duration shows seconds as the two largest units (45 s, 3 min 12 s, 2 h 5 min, 3 d 4 h).
+export function duration(seconds) {
+  const s = Math.floor(seconds);
+  if (s < 60) return s + ' s';
+  const units = [['d', 86400], ['h', 3600], ['min', 60], ['s', 1]];
+  const i = units.findIndex(([, n]) => s >= n);
+  const [u1, n1] = units[i];
+  const [u2, n2] = units[i + 1];
+  const a = Math.floor(s / n1);
+  const b = Math.floor((s % n1) / n2);
+  return b ? `${a} ${u1} ${b} ${u2}` : `${a} ${u1}`;
 }
 
 export function empty(title, hint) {

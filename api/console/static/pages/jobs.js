@@ -192,7 +192,7 @@ function timeline(attempts) {
     h('div', { class: 'tl-head' },
       h('strong', {}, `#${a.attemptNumber}`), statusChip(a.status),
       a.responseCode ? h('span', { class: 'code-badge' }, 'HTTP ' + a.responseCode) : null,
-      h('span', { class: 'muted' }, ms(a.durationMillis)),
+      h('span', { class: 'muted' }, ms(a.durationMillis, true)),
       h('span', { class: 'muted', title: a.attemptedAt }, fmtTime(a.attemptedAt))),
     a.errorMessage ? h('div', { class: 'error-text attempt-error' }, a.errorMessage) : null,
     a.responseBody ? h('pre', { class: 'code code-sm attempt-body' }, a.responseBody) : null)));

@@ -1,5 +1,5 @@
 import uPlot from '../vendor/uplot/uPlot.esm.js';
-import { h, clear, errorBox, empty, ms, fmtTime } from '../dom.js';
+import { h, clear, errorBox, empty, ms, fmtTime, duration } from '../dom.js';
 import * as api from '../api.js';
 
 const outcomes = [
@@ -39,13 +39,14 @@ export function overviewPage(main) {
   let stopped = false;
 
   async function load() {
-    let stats, dead, mon, storage;
+    let stats, dead, mon, storage, backlog;
     try {
-      [stats, dead, mon, storage] = await Promise.all([
+      [stats, dead, mon, storage, backlog] = await Promise.all([
         api.get('/api/dispatch/stats?window=1h&bucket=1m'),
         api.get('/api/dispatch/jobs?status=ERROR&size=1'),
         api.get('/api/dispatch/monitoring'),
         api.get('/api/dispatch/storage'),
+        api.get('/api/dispatch/backlog'),
       ]);
     } catch (e) {
       clear(body, errorBox(e));
@@ -59,14 +60,14 @@ export function overviewPage(main) {
     const cards = h('div', { class: 'cards' },
       card('Deliveries', t.attempts.toLocaleString(), 'attempts in the last hour', 'card-attempts'),
       card('Success rate', rate, `${t.success.toLocaleString()} succeeded`, 'card-success'),
-      card('Latency p50', ms(t.p50Millis), 'per attempt'),
-      card('Latency p99', ms(t.p99Millis), 'per attempt'),
+      card('Latency p50', ms(t.p50Millis, true), 'per attempt', 'card-p50'),
+      card('Latency p99', ms(t.p99Millis, true), 'per attempt', 'card-p99'),
       h('a', { href: '#/dead-letters', class: 'card stat card-link', id: 'card-dead' },
         h('div', { class: 'stat-label' }, 'Dead letters'),
         h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, dead.totalItems.toLocaleString()),
         h('div', { class: 'stat-sub' }, 'jobs in ERROR')));
     const charts = h('div', { class: 'charts' });
-    clear(body, cards, charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)), storageCard(storage));
+    clear(body, cards, backlogCard(backlog), charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)), storageCard(storage));
     const xs = stats.buckets.map((b) => Date.parse(b.start) / 1000);
     if (t.attempts === 0) {
       charts.append(h('div', { class: 'card' }, empty('No deliveries in the last hour',
@@ -84,8 +85,8 @@ export function overviewPage(main) {
           value: (u, v, si, idx) => (idx === null || idx === undefined ? '—' : raw[k][idx]) })),
         [xs, ...order.map((k) => stacked[k])], 'attempts'));
       plots.push(chart(charts, 'Delivery latency',
-        [{ label: 'p50', stroke: '#2563eb', width: 2, value: (u, v) => ms(v), points: { show: true, size: 5 } },
-          { label: 'p99', stroke: '#db2777', width: 2, value: (u, v) => ms(v), points: { show: true, size: 5 } }],
+        [{ label: 'p50', stroke: '#2563eb', width: 2, value: (u, v) => ms(v, true), points: { show: true, size: 5 } },
+          { label: 'p99', stroke: '#db2777', width: 2, value: (u, v) => ms(v, true), points: { show: true, size: 5 } }],
         [xs, stats.buckets.map((b) => b.p50Millis), stats.buckets.map((b) => b.p99Millis)], 'ms'));
     }
     document.getElementById('overview-updated').textContent = 'Last hour, per minute · updated ' + new Date().toLocaleTimeString();
@@ -108,6 +109,25 @@ function poolsCard(mon) {
         h('td', {}, h('div', { class: 'meter' }, h('progress', { max: p.concurrency, value: p.inFlight }), ` ${p.inFlight} / ${p.concurrency}`)),
         h('td', {}, p.buffered), h('td', {}, p.succeeded.toLocaleString()), h('td', {}, p.retried.toLocaleString()),
         h('td', {}, p.failed.toLocaleString()), h('td', { class: 'nowrap' }, ms(p.avgMediationMillis)))))));
+}
+
+// backlogCard: how far delivery is behind, each number linking to its jobs.
+function backlogCard(b) {
+  const item = (id, label, value, sub, href, bad) => h(href ? 'a' : 'div', { class: 'mini' + (href ? ' card-link' : ''), id, href },
+    h('div', { class: 'mini-value' + (bad ? ' stat-bad' : '') }, value), h('div', { class: 'mini-label' }, label),
+    h('div', { class: 'mini-sub' }, sub));
+  const waited = b.oldestDueAt ? duration(b.oldestWaitSeconds) : '—';
+  const q = b.queue;
+  return h('div', { class: 'card', id: 'backlog' }, h('h3', {}, 'Backlog'),
+    h('div', { class: 'minis' },
+      item('backlog-pending', 'Pending', b.pending.toLocaleString(), 'never attempted', '#/jobs?status=PENDING'),
+      item('backlog-in-progress', 'In progress', b.inProgress.toLocaleString(), 'being delivered', '#/jobs?status=IN_PROGRESS'),
+      item('backlog-failed', 'Failed', b.failed.toLocaleString(), 'waiting for a retry', '#/jobs?status=FAILED'),
+      item('backlog-unsent', 'Unsent pointers', b.unsent.toLocaleString(), 'due, not on the queue yet', null, b.unsent > 0 && b.oldestWaitSeconds > 60),
+      item('backlog-oldest', 'Oldest wait', waited, b.oldestDueAt ? 'due since ' + fmtTime(b.oldestDueAt) : 'no due job waits', null, b.oldestWaitSeconds > 60),
+      q ? item('backlog-queue', 'On the queue', q.visible.toLocaleString(),
+        [`${q.inFlight.toLocaleString()} in flight · ${q.delayed.toLocaleString()} delayed`, h('div', { class: 'mono truncate', title: q.name }, q.name)], null)
+        : item('backlog-queue', 'On the queue', '—', b.queueError || 'not read', null, true)));
 }
 
 function bytes(n) {

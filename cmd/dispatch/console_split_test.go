@@ -1,0 +1,105 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/dispatchhq/dispatch/router/sqstest"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+// signIn opens the console and signs in with the admin token.
+func (b *browser) signIn() {
+	b.t.Helper()
+	b.do("open console", chromedp.Navigate(b.base+"/console/"))
+	b.waitFor("the sign-in form", `!!document.querySelector('#login-form')`)
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login")))
+	b.waitFor("the overview", `!!document.querySelector('#overview .cards')`)
+}
+
+// text is the textContent of the first element matching selector ("" when none).
+func (b *browser) text(selector string) string {
+	b.t.Helper()
+	return eval[string](b, `(() => { const e = document.querySelector(`+quoteJS(selector)+`); return e ? e.textContent : '' })()`)
+}
+
+// hangingReceiver answers /ok at once and holds /hang until the test ends.
+func hangingReceiver(t *testing.T) *httptest.Server {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before the instances stop: their deliveries end
+	return srv
+}
+
+// TestConsoleOverviewInSplitMode looks at the Overview as an operator on
+// call would, with the API and the router in separate processes and
+// delivery falling behind: a job whose receiver does not answer holds its
+// group, so the next job of the group waits, due, and the backlog says so.
+func TestConsoleOverviewInSplitMode(t *testing.T) {
+	sqstest.SetEnv()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	slow := map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s"} // the held delivery stays IN_PROGRESS
+	in := startWith(t, "api", dbURL, q, slow)
+	slow["DISPATCH_PROCESS_URL"] = in.apiURL + "/api/dispatch/process"
+	startWith(t, "router", dbURL, q, slow)
+	rc := hangingReceiver(t)
+
+	held := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/hang",
+		"payload": `{"n":1}`, "groupId": "customer-1"})
+	in.waitStatus(held.ID, 30*time.Second, "IN_PROGRESS")
+	waiting := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok",
+		"payload": `{"n":2}`, "groupId": "customer-1"})
+	done := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok", "payload": `{"n":3}`})
+	in.waitStatus(done.ID, 30*time.Second, "COMPLETED")
+
+	b := newBrowser(t, in.apiURL)
+	b.signIn()
+	b.waitFor("the backlog", `!!document.querySelector('#backlog')`)
+	// The held job's successor has waited since it was created: the
+	// oldest wait counts up from there.
+	b.waitFor("a wait of at least 2 s", `/^([2-9]|\d\d+) s$|min|h$/.test(document.querySelector('#backlog-oldest .mini-value').textContent)`)
+	for sel, want := range map[string]string{"#backlog-pending .mini-value": "1", "#backlog-in-progress .mini-value": "1",
+		"#backlog-failed .mini-value": "0"} {
+		if got := b.text(sel); got != want {
+			t.Errorf("%s reads %q, want %q (job %s holds its group, %s waits behind it)", sel, got, want, held.ID, waiting.ID)
+		}
+	}
+	if got := b.text("#backlog-queue .mini-sub"); !strings.Contains(got, "in flight") || !strings.Contains(got, q.Name) {
+		t.Errorf("the queue's depth reads %q, want its counts and its name %s", got, q.Name)
+	}
+	if !regexp.MustCompile(`^\d+$`).MatchString(b.text("#backlog-queue .mini-value")) {
+		t.Errorf("the queue's depth reads %q, want a count", b.text("#backlog-queue .mini-value"))
+	}
+	// Loopback deliveries take well under a millisecond: never "0 ms".
+	for _, sel := range []string{"#card-p50 .stat-value", "#card-p99 .stat-value"} {
+		if got := b.text(sel); !regexp.MustCompile(`^(<1 ms|\d+(\.\d)? ms)$`).MatchString(got) || got == "0 ms" {
+			t.Errorf("%s reads %q, want a latency such as <1 ms or 1.5 ms", sel, got)
+		}
+	}
+	b.shot("20-overview-split-backlog")
+	b.do("follow the pending count", chromedp.Click(chromedp.ID("backlog-pending")))
+	b.waitFor("the pending job", `location.hash === '#/jobs?status=PENDING' && (() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
+		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(waiting.ID)+` })()`)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		t.Errorf("uncaught exception in the page: %s", e)
+	}
+}
