@@ -28,3 +28,18 @@ type Stats struct {
 	Buckets  []StatsBucket // every bucket from From to To, empty ones included
 	Total    StatsBucket   // the whole window (Start = From)
 }
+
+// HealthWindow is how many of a subscription's last finished jobs its
+// health counts.
+const HealthWindow = 100
+
+// SubscriptionHealth is how a subscription's deliveries have gone lately:
+// of its last finished jobs (at most HealthWindow, COMPLETED or ERROR),
+// how many completed; when its last job completed, and when its last job
+// failed (ended ERROR) and why.
+type SubscriptionHealth struct {
+	Finished, Completed int
+	LastSuccess         *time.Time
+	LastFailure         *time.Time
+	LastError           string // of the last failure
+}

@@ -348,3 +348,61 @@ func TestBacklogShowsLiveJobsWaitAndQueueDepth(t *testing.T) {
 		t.Errorf("with the queue not answering: %v, want queue null, the reason, and an empty backlog", r)
 	}
 }
+
+// A subscription's health counts its last finished jobs and names its last
+// success and its last failure with the error, on the list (for the whole
+// page at once) and on GET; a subscription with no finished job has
+// none of them.
+func TestSubscriptionsShowTheirHealth(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var billing, quiet struct{ ID string }
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"billing","url":"https://billing.example/hooks","eventTypes":["order.*"]}`).
+		want(t, http.StatusCreated).decode(t, &billing)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"quiet","url":"https://quiet.example/hooks","eventTypes":["refund.*"]}`).
+		want(t, http.StatusCreated).decode(t, &quiet)
+	publish := func() string {
+		var e eventOut
+		f.do(t, "POST", "/api/dispatch/events", `{"source":"shop","type":"order.created","data":{}}`).want(t, http.StatusCreated).decode(t, &e)
+		if len(e.Jobs) != 1 {
+			t.Fatalf("event made %d jobs, want 1", len(e.Jobs))
+		}
+		return e.Jobs[0].ID
+	}
+	for range 3 {
+		f.runAttempt(t, publish(), dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+	}
+	f.runAttempt(t, publish(), dispatch.AttemptFailure, 410, dispatch.Transition{Status: dispatch.StatusError, LastError: "HTTP 410: not retryable"})
+	publish() // still PENDING: not counted
+
+	type health struct {
+		RecentJobs, RecentCompleted  int
+		SuccessRate                  *float64
+		LastSuccessAt, LastFailureAt *string
+		LastError                    string
+	}
+	var page struct {
+		Items []struct {
+			ID     string
+			Health *health
+		}
+	}
+	f.do(t, "GET", "/api/dispatch/subscriptions", "").want(t, http.StatusOK).decode(t, &page)
+	got := map[string]*health{}
+	for _, it := range page.Items {
+		got[it.ID] = it.Health
+	}
+	b := got[billing.ID]
+	if b == nil || b.RecentJobs != 4 || b.RecentCompleted != 3 || b.SuccessRate == nil || *b.SuccessRate != 0.75 ||
+		b.LastSuccessAt == nil || b.LastFailureAt == nil || b.LastError != "HTTP 410: not retryable" {
+		t.Errorf("billing's health = %+v, want 3 of 4 delivered, a last success and the last failure with its error", b)
+	}
+	if q := got[quiet.ID]; q == nil || q.RecentJobs != 0 || q.SuccessRate != nil || q.LastSuccessAt != nil || q.LastFailureAt != nil {
+		t.Errorf("quiet's health = %+v, want nothing finished", q)
+	}
+	var one struct{ Health *health }
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+billing.ID, "").want(t, http.StatusOK).decode(t, &one)
+	if one.Health == nil || one.Health.RecentJobs != 4 || one.Health.LastError != "HTTP 410: not retryable" {
+		t.Errorf("GET's health = %+v, want the list's", one.Health)
+	}
+}

@@ -59,11 +59,42 @@ func (s *Server) listSubscriptions(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	ids := make([]int64, len(subs))
+	for i, sub := range subs {
+		ids[i] = sub.ID
+	}
+	health, err := s.store.SubscriptionHealth(c.Request.Context(), ids)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	items := make([]subscriptionView, len(subs))
 	for i, sub := range subs {
 		items[i] = viewSubscription(sub)
+		items[i].Health = viewSubscriptionHealth(health[sub.ID])
 	}
 	writePage(c, items, page, size, total, 0, false)
+}
+
+// getSubscription answers a subscription with its health.
+func (s *Server) getSubscription(c *gin.Context) {
+	id, ok := s.pathID(c)
+	if !ok {
+		return
+	}
+	sub, err := s.store.GetSubscription(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	health, err := s.store.SubscriptionHealth(c.Request.Context(), []int64{id})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := viewSubscription(sub)
+	v.Health = viewSubscriptionHealth(health[id])
+	c.JSON(http.StatusOK, v)
 }
 
 // subscriptionAction answers with the subscription act returns for the
@@ -81,10 +112,6 @@ func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context
 		}
 		c.JSON(http.StatusOK, viewSubscription(sub))
 	}
-}
-
-func (s *Server) getSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
-	return s.store.GetSubscription(ctx, id)
 }
 
 func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error) {

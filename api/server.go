@@ -45,6 +45,7 @@ type Store interface {
 	Ping(ctx context.Context) error
 	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
 	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
+	SubscriptionHealth(ctx context.Context, ids []int64) (map[int64]dispatch.SubscriptionHealth, error)
 	ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFilter, page, size int) ([]dispatch.Subscription, int, error)
 	UpdateSubscription(ctx context.Context, id int64, change func(*dispatch.Subscription) error) (dispatch.Subscription, error)
 	SetSubscriptionStatus(ctx context.Context, id int64, status dispatch.SubscriptionStatus, reason string, from ...dispatch.SubscriptionStatus) (dispatch.Subscription, error)
@@ -254,7 +255,7 @@ func (s *Server) routes() *gin.Engine {
 
 	jobs.POST("/subscriptions", s.limitBody, s.createSubscription)
 	jobs.GET("/subscriptions", s.listSubscriptions)
-	jobs.GET("/subscriptions/:id", s.subscriptionAction(s.getSubscription))
+	jobs.GET("/subscriptions/:id", s.getSubscription)
 	jobs.PATCH("/subscriptions/:id", s.limitBody, s.subscriptionAction(s.patchSubscription))
 	jobs.DELETE("/subscriptions/:id", s.deleteSubscription)
 	jobs.POST("/subscriptions/:id/enable", s.limitBody, s.subscriptionAction(s.enableSubscription))

@@ -180,6 +180,29 @@ type subscriptionView struct {
 	VerifiedURL        string                      `json:"verifiedUrl,omitempty"`
 	CreatedAt          string                      `json:"createdAt"`
 	UpdatedAt          string                      `json:"updatedAt"`
+	// Health is on reads (the list and GET), not on changes.
+	Health *subscriptionHealthView `json:"health,omitempty"`
+}
+
+// subscriptionHealthView is how a subscription's deliveries have gone
+// lately (dispatch.SubscriptionHealth).
+type subscriptionHealthView struct {
+	RecentJobs      int      `json:"recentJobs"`
+	RecentCompleted int      `json:"recentCompleted"`
+	SuccessRate     *float64 `json:"successRate"`
+	LastSuccessAt   *string  `json:"lastSuccessAt"`
+	LastFailureAt   *string  `json:"lastFailureAt"`
+	LastError       string   `json:"lastError,omitempty"`
+}
+
+func viewSubscriptionHealth(h dispatch.SubscriptionHealth) *subscriptionHealthView {
+	v := &subscriptionHealthView{RecentJobs: h.Finished, RecentCompleted: h.Completed,
+		LastSuccessAt: fmtTimePtr(h.LastSuccess), LastFailureAt: fmtTimePtr(h.LastFailure), LastError: h.LastError}
+	if h.Finished > 0 {
+		rate := float64(h.Completed) / float64(h.Finished)
+		v.SuccessRate = &rate
+	}
+	return v
 }
 
 func viewSubscription(s dispatch.Subscription) subscriptionView {

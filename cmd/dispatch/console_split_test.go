@@ -29,15 +29,20 @@ func (b *browser) text(selector string) string {
 	return eval[string](b, `(() => { const e = document.querySelector(`+quoteJS(selector)+`); return e ? e.textContent : '' })()`)
 }
 
-// hangingReceiver answers /ok at once and holds /hang until the test ends.
+// hangingReceiver answers /ok at once, /gone with 410 (not retried: the
+// job ends in ERROR), and holds /hang until the test ends.
 func hangingReceiver(t *testing.T) *httptest.Server {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hang" {
+		switch r.URL.Path {
+		case "/hang":
 			select {
 			case <-release:
 			case <-r.Context().Done():
 			}
+		case "/gone":
+			http.Error(w, "this endpoint was removed", http.StatusGone)
+			return
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -96,6 +101,46 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	b.do("follow the pending count", chromedp.Click(chromedp.ID("backlog-pending")))
 	b.waitFor("the pending job", `location.hash === '#/jobs?status=PENDING' && (() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
 		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(waiting.ID)+` })()`)
+
+	// Subscriptions: one endpoint answers, the other is gone; each row
+	// says how its deliveries went, the failing one with its error.
+	subs := map[string]string{}
+	for name, path := range map[string]string{"Warehouse": "/ok", "Old partner": "/gone"} {
+		var sub struct{ ID string }
+		if code := in.do("POST", "/api/dispatch/subscriptions", apiToken, map[string]any{"name": name, "url": rc.URL + path,
+			"eventTypes": []string{"order.*"}}, &sub); code != http.StatusCreated {
+			t.Fatalf("create subscription %s: %d", name, code)
+		}
+		subs[name] = sub.ID
+	}
+	for range 2 {
+		var ev struct{ Jobs []struct{ ID string } }
+		if code := in.do("POST", "/api/dispatch/events", apiToken, map[string]any{"source": "shop", "type": "order.created", "data": map[string]any{}}, &ev); code != http.StatusCreated || len(ev.Jobs) != 2 {
+			t.Fatalf("publish: %d, %d jobs; want 201 and 2", code, len(ev.Jobs))
+		}
+		for _, j := range ev.Jobs {
+			in.waitStatus(j.ID, 30*time.Second, "COMPLETED", "ERROR")
+		}
+	}
+	b.visit("#/subscriptions")
+	b.waitFor("both subscriptions' health", `document.querySelectorAll('#subscriptions-table .health .rate').length === 2`)
+	row := func(name string) string { return `tr[data-id="` + subs[name] + `"] .sub-health` }
+	if got := b.text(row("Warehouse") + " .rate"); got != "100%" {
+		t.Errorf("Warehouse's success rate reads %q, want 100%%", got)
+	}
+	if got := b.text(row("Warehouse")); !strings.Contains(got, "of the last 2 jobs delivered") || !strings.Contains(got, "Last success") || strings.Contains(got, "Last failure") {
+		t.Errorf("Warehouse's health reads %q, want 2 jobs delivered and no failure", got)
+	}
+	if got := b.text(row("Old partner") + " .rate"); got != "0%" {
+		t.Errorf("the failing subscription's success rate reads %q, want 0%%", got)
+	}
+	if got := b.text(row("Old partner") + " .failure-reason"); got != "HTTP 410: not retryable" {
+		t.Errorf("the failing subscription's last failure reads %q, want its error", got)
+	}
+	if got := b.text(row("Old partner") + " .last-success"); got != "Last success never" {
+		t.Errorf("the failing subscription's last success reads %q, want never", got)
+	}
+	b.shot("21-subscriptions-health")
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -35,6 +35,24 @@ function verification(s) {
   return s.verifiedUrl === s.url ? 'verified endpoint' : 'endpoint not verified';
 }
 
+// healthCell says how a subscription's deliveries have gone lately: the
+// share of its last finished jobs delivered, its last success, and its
+// last failure with the error (the receiver's words, as text).
+function healthCell(s) {
+  const hl = s.health;
+  if (!hl) return null;
+  if (!hl.recentJobs) return h('div', { class: 'health' }, h('span', { class: 'muted small' }, 'no deliveries yet'));
+  const pct = Math.floor(hl.successRate * 1000) / 10;
+  const tone = hl.successRate >= 0.99 ? 'ok' : hl.successRate >= 0.9 ? 'warn' : 'bad';
+  return h('div', { class: 'health' },
+    h('div', {}, h('span', { class: 'rate rate-' + tone }, pct + '%'),
+      h('span', { class: 'muted small' }, ` of the last ${hl.recentJobs} job${hl.recentJobs === 1 ? '' : 's'} delivered`)),
+    h('div', { class: 'small last-success' }, 'Last success ',
+      hl.lastSuccessAt ? h('span', { title: fmtTime(hl.lastSuccessAt) }, ago(hl.lastSuccessAt)) : h('span', { class: 'muted' }, 'never')),
+    hl.lastFailureAt ? h('div', { class: 'small last-failure' }, 'Last failure ', h('span', { title: fmtTime(hl.lastFailureAt) }, ago(hl.lastFailureAt)),
+      hl.lastError ? h('div', { class: 'error-text failure-reason', title: hl.lastError }, hl.lastError) : null) : null);
+}
+
 function typeList(types) {
   return h('div', { class: 'types' }, types.map((t) => h('code', { class: 'type-pill' }, t)));
 }
@@ -113,6 +131,7 @@ export function subscriptionsPage(main, params) {
         h('div', { class: 'small muted' }, opts),
         h('div', { class: 'small muted' }, h('span', { class: 'mono' }, s.id), ' · ', h('span', { title: fmtTime(s.createdAt) }, 'created ' + ago(s.createdAt)))),
       h('td', {}, statusChip(s.status), s.disabledReason ? h('div', { class: 'small muted reason', title: s.disabledReason }, s.disabledReason) : null),
+      h('td', { class: 'sub-health' }, healthCell(s)),
       h('td', {}, typeList(s.eventTypes),
         Object.keys(s.filter).length ? h('div', { class: 'small muted filter-note' }, 'where ', Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join(', ')) : null),
       cell);
@@ -127,7 +146,7 @@ export function subscriptionsPage(main, params) {
       const res = await api.get('/api/dispatch/subscriptions?' + q);
       clear(results, res.items.length
         ? h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table table-subs', id: 'subscriptions-table' },
-          h('thead', {}, h('tr', {}, ['Subscription', 'Status', 'Event types', ''].map((t) => h('th', {}, t)))),
+          h('thead', {}, h('tr', {}, ['Subscription', 'Status', 'Health', 'Event types', ''].map((t) => h('th', {}, t)))),
           h('tbody', {}, res.items.map(row)))), pager(res, 'subscription', (p) => go({ status, eventType }, p)))
         : h('div', { class: 'card' }, (status || eventType)
           ? empty('No subscriptions match these filters', 'Clear the filters to see them all.')
@@ -269,6 +288,7 @@ export function subscriptionPage(main, id) {
       sub ? h('div', { class: 'card' }, h('dl', { class: 'fields' },
         row('Id', h('span', { class: 'mono' }, s.id)), row('Created', fmtTime(s.createdAt)), row('Updated', fmtTime(s.updatedAt)),
         row('Verification', h('span', { id: 'sub-verification' }, verification(s) || 'not required')),
+        row('Health', h('div', { id: 'sub-health' }, healthCell(s))),
         row('Deliveries', h('a', { href: '#/jobs?metadata.subscriptionId=' + encodeURIComponent(s.id), id: 'sub-jobs' }, 'Jobs made for this subscription →')))) : null,
       form);
   }
