@@ -29,20 +29,12 @@ func (s *Server) process(c *gin.Context) {
 		return
 	}
 	if d.Done {
-		c.JSON(http.StatusOK, processAnswer{Status: "done", JobStatus: (*string)(&d.JobStatus), Reason: d.Reason})
+		c.JSON(http.StatusOK, dispatch.ProcessAnswer{Status: "done", JobStatus: (*string)(&d.JobStatus), Reason: d.Reason})
 		return
 	}
 	secs := int(math.Ceil(d.RetryAfter.Seconds()))
 	s.log.Debug("pointer to retry later", "job_id", ptr.ID, "retry_after_s", secs, "reason", d.Reason)
-	c.JSON(http.StatusBadRequest, processAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason})
-}
-
-// processAnswer is the processing endpoint's body (mediator.ProcessResponse
-// reads it): a struct, since a gin.H map costs a sorted reflection walk
-// per delivery.
-type processAnswer struct {
-	JobStatus         *string `json:"jobStatus,omitempty"` // set when done
-	Reason            string  `json:"reason"`
-	RetryAfterSeconds *int    `json:"retryAfterSeconds,omitempty"` // set on retry
-	Status            string  `json:"status"`
+	// A struct, not a gin.H map: a map costs a sorted reflection walk per
+	// delivery.
+	c.JSON(http.StatusBadRequest, dispatch.ProcessAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason})
 }

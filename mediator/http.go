@@ -48,14 +48,6 @@ func NewHTTP(url, token string, timeout time.Duration) *HTTP {
 	}}
 }
 
-// ProcessResponse is the processing endpoint's JSON answer.
-type ProcessResponse struct {
-	Status            string `json:"status,omitempty"`
-	JobStatus         string `json:"jobStatus,omitempty"`
-	RetryAfterSeconds *int   `json:"retryAfterSeconds,omitempty"`
-	Reason            string `json:"reason,omitempty"`
-}
-
 // Mediate returns nil when the job is done (delete the message), a
 // *dispatch.RetryAfter when the endpoint asks for a retry, and any other
 // error (connection failure, timeout, 5xx) for the router's own backoff.
@@ -94,7 +86,7 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 		return fmt.Errorf("mediate job %s: %w", ptr.ID, err)
 	}
 	defer resp.Body.Close()
-	var pr ProcessResponse
+	var pr dispatch.ProcessAnswer
 	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&pr)
 	switch {
 	case resp.StatusCode == http.StatusOK:

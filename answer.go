@@ -1,0 +1,12 @@
+package dispatch
+
+// ProcessAnswer is the processing endpoint's JSON body: the API writes it,
+// the router's HTTP mediator reads it. 200 with status "done" (and the
+// job's status) deletes the message; 400 with status "retry" and
+// retryAfterSeconds sets its visibility to that delay.
+type ProcessAnswer struct {
+	JobStatus         *string `json:"jobStatus,omitempty"` // set when done
+	Reason            string  `json:"reason"`
+	RetryAfterSeconds *int    `json:"retryAfterSeconds,omitempty"` // set on retry
+	Status            string  `json:"status"`
+}
