@@ -217,18 +217,24 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 			SELECT ctid FROM dispatch_job_key WHERE job_id >= $1 AND job_id < $2 LIMIT 5000))`, lo, *p.hi); err != nil {
 			return dropped, held, err
 		}
-		// The job's attempts and payloads are partitioned with it, on the
-		// same bounds.
-		for _, with := range []string{"dispatch_attempt", "dispatch_payload"} {
-			var part string
-			err := conn.QueryRow(ctx, `SELECT name FROM dispatch_partition WHERE parent = $1 AND hi = $2`, with, *p.hi).Scan(&part)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return dropped, held, err
-			}
-			if err := dropPartition(ctx, conn, with, part); err != nil {
+		// The jobs' attempts and payloads are partitioned by job id, on the
+		// same bounds (created in the same pass): their partitions within
+		// this one's range go with it.
+		rows, err := conn.Query(ctx, `SELECT parent, name FROM dispatch_partition
+			WHERE parent IN ('dispatch_attempt', 'dispatch_payload') AND hi <= $1 AND COALESCE(lo, $2) >= $2`, *p.hi, lo)
+		if err != nil {
+			return dropped, held, err
+		}
+		type withPart struct{ parent, name string }
+		with, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withPart, error) {
+			var x withPart
+			return x, r.Scan(&x.parent, &x.name)
+		})
+		if err != nil {
+			return dropped, held, err
+		}
+		for _, w := range with {
+			if err := dropPartition(ctx, conn, w.parent, w.name); err != nil {
 				return dropped, held, err
 			}
 			dropped++
