@@ -26,10 +26,7 @@ import (
 // 1,000 tenants, and one event per 10 jobs. Each read runs 15 times; the
 // metrics are their p95 in milliseconds.
 func BenchmarkHistoryReads(b *testing.B) {
-	n := 200_000
-	if v, err := strconv.Atoi(os.Getenv("DISPATCH_BENCH_HISTORY_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchSize("DISPATCH_BENCH_HISTORY_JOBS", 200_000)
 	st, pool, _ := storetest.New(b, store.Options{NodeID: 1})
 	ctx := context.Background()
 	start := time.Now().Add(-30 * 24 * time.Hour).Truncate(24 * time.Hour)
@@ -163,6 +160,14 @@ func BenchmarkHistoryReads(b *testing.B) {
 			b.ReportMetric(float64(took[13].Microseconds())/1000, "ms-p95-"+r.name)
 		}
 	}
+}
+
+// benchSize is the whole number in the environment variable name, or def.
+func benchSize(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // deliveriesPerSecond runs n deliveries (create, claim, complete) from

@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,10 +20,7 @@ import (
 // migration step's time and the longest a create waited meanwhile: the
 // time creates are held up by the upgrade.
 func BenchmarkUpgradeToPartitions(b *testing.B) {
-	n := 100_000
-	if v, err := strconv.Atoi(os.Getenv("DISPATCH_BENCH_UPGRADE_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchSize("DISPATCH_BENCH_UPGRADE_JOBS", 100_000)
 	for b.Loop() {
 		ctx := context.Background()
 		url := storetest.NewEmptyDatabase(b)
