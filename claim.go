@@ -52,6 +52,11 @@ type Unsent struct {
 	// TraceContext is the job's (Job.TraceContext): the pointer carries
 	// it as SQS message attributes.
 	TraceContext string
+	// QueueURL and PoolCode are the job's (Job.QueueURL, Job.PoolCode):
+	// the queue its pointer goes to ("": the default) and the pool the
+	// pointer names ("": DefaultPool).
+	QueueURL string
+	PoolCode string
 }
 
 // DeduplicationID is the pointer's SQS deduplication id: the job id, plus

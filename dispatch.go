@@ -105,6 +105,11 @@ type Job struct {
 	// off): its pointer carries it on the queue, and every delivery
 	// attempt joins that trace.
 	TraceContext string
+	// QueueURL is the key of the configured queue the job's pointer goes
+	// to (RouteQueue.Key); "": the default queue.
+	QueueURL string
+	// PoolCode is the processing pool its pointer names; "": DefaultPool.
+	PoolCode string
 }
 
 // MessageGroupID is the FIFO group of the job's pointer: its groupId, or its

@@ -54,6 +54,10 @@ type Subscription struct {
 	EnabledAt time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// QueueURL and PoolCode are given to its jobs (Job.QueueURL,
+	// Job.PoolCode): "" for the default queue and pool.
+	QueueURL string
+	PoolCode string
 }
 
 // NeedsHandshake reports whether the subscription must pass the

@@ -15,7 +15,7 @@ const (
 	MaxOrderingKeyLen   = 256
 	MaxRateLimit        = 10000
 	MaxEventMetadata    = MaxMetadataPairs - 2 // the jobs add eventId and subscriptionId
-	subscriptionFieldOK = "name url eventTypes filter credentialsId headers maxRetries retryStrategy orderingKey rateLimitPerSecond"
+	subscriptionFieldOK = "name url eventTypes filter credentialsId headers maxRetries retryStrategy orderingKey rateLimitPerSecond queueUrl poolCode"
 )
 
 var publishEventFields = map[string]bool{"source": true, "type": true, "data": true, "metadata": true, "idempotencyKey": true}
@@ -54,7 +54,8 @@ func ParseSubscription(body []byte, rules JobRules) (*Subscription, bool, error)
 
 // PatchSubscription applies a partial-update body to sub: fields present
 // replace the current values; null clears an optional field (filter,
-// credentialsId, headers, orderingKey, rateLimitPerSecond). sub is left
+// credentialsId, headers, orderingKey, rateLimitPerSecond, queueUrl,
+// poolCode). sub is left
 // unchanged when the body has problems.
 func PatchSubscription(body []byte, rules JobRules, sub *Subscription) error {
 	fields, p := decodeObject(body)
@@ -78,6 +79,10 @@ func PatchSubscription(body []byte, rules JobRules, sub *Subscription) error {
 			next.OrderingKey = ""
 		case "rateLimitPerSecond":
 			next.RateLimitPerSecond = 0
+		case "queueUrl":
+			next.QueueURL = ""
+		case "poolCode":
+			next.PoolCode = ""
 		case "name", "url", "eventTypes", "maxRetries", "retryStrategy":
 			p.Add(name, "cannot be cleared")
 		}
@@ -164,6 +169,7 @@ func applySubscriptionFields(d fieldDecoder, sub *Subscription, rules JobRules, 
 			sub.RateLimitPerSecond = int(n)
 		}
 	}
+	routeFields(d, rules, &sub.QueueURL, &sub.PoolCode)
 }
 
 // eventPatterns reads eventTypes: exact types, "prefix.*" or "*".

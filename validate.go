@@ -40,6 +40,9 @@ const (
 type JobRules struct {
 	// AllowHTTP accepts plain http:// targets (local use and tests).
 	AllowHTTP bool
+	// Routing holds the queues and pools a job may name (queueUrl,
+	// poolCode); nil: none but DefaultPool.
+	Routing *Routing
 }
 
 // reservedHeaders may not be set by a job: dispatch sets them, or they are
@@ -69,6 +72,7 @@ var createJobFields = map[string]bool{
 	"targetUrl": true, "protocol": true, "headers": true, "payload": true,
 	"payloadContentType": true, "credentialsId": true, "maxRetries": true,
 	"retryStrategy": true, "scheduledFor": true, "expiresAt": true, "idempotencyKey": true,
+	"queueUrl": true, "poolCode": true,
 }
 
 // ParseCreateJob decodes and validates a create-job request body. It reports
@@ -279,10 +283,6 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	d := fieldDecoder{fields: fields, p: &p}
 	for _, k := range sortedKeys(fields) {
 		if !createJobFields[k] {
-			if k == "queueUrl" {
-				p.Add(k, "is not supported: dispatch publishes to its configured queue")
-				continue
-			}
 			p.Add(k, "unknown field")
 		}
 	}
@@ -363,6 +363,7 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 			j.RetryStrategy = s
 		}
 	}
+	routeFields(d, rules, &j.QueueURL, &j.PoolCode)
 	j.ScheduledFor = d.time("scheduledFor")
 	j.ExpiresAt = d.time("expiresAt")
 	if s := j.ScheduledFor; s != nil && s.After(now.Add(MaxScheduleAhead)) {

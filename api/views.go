@@ -60,6 +60,8 @@ type jobView struct {
 	ReplayOf           string            `json:"replayOf,omitempty"`
 	EventID            string            `json:"eventId,omitempty"`
 	SubscriptionID     string            `json:"subscriptionId,omitempty"`
+	QueueURL           string            `json:"queueUrl,omitempty"`
+	PoolCode           string            `json:"poolCode,omitempty"`
 	CreatedAt          string            `json:"createdAt"`
 	UpdatedAt          string            `json:"updatedAt"`
 }
@@ -75,6 +77,7 @@ func viewJob(j dispatch.Job) jobView {
 		LastAttemptAt: fmtTimePtr(j.LastAttemptAt), CompletedAt: fmtTimePtr(j.CompletedAt),
 		DurationMillis: j.DurationMillis, LastError: j.LastError, IdempotencyKey: j.IdempotencyKey,
 		ReplayOf: idOrEmpty(j.ReplayOf), EventID: idOrEmpty(j.EventID), SubscriptionID: idOrEmpty(j.SubscriptionID), CreatedAt: fmtTime(j.CreatedAt), UpdatedAt: fmtTime(j.UpdatedAt),
+		QueueURL: j.QueueURL, PoolCode: j.PoolCode,
 	}
 	if j.Status == dispatch.StatusFailed || j.Status == dispatch.StatusPending {
 		v.NextAttemptAt = fmtTimePtr(j.NextAttemptAt)
@@ -178,6 +181,8 @@ type subscriptionView struct {
 	DisabledReason     string                      `json:"disabledReason,omitempty"`
 	VerifyRequired     bool                        `json:"verifyRequired"`
 	VerifiedURL        string                      `json:"verifiedUrl,omitempty"`
+	QueueURL           string                      `json:"queueUrl,omitempty"`
+	PoolCode           string                      `json:"poolCode,omitempty"`
 	CreatedAt          string                      `json:"createdAt"`
 	UpdatedAt          string                      `json:"updatedAt"`
 	// Health is on reads (the list and GET), not on changes.
@@ -211,6 +216,7 @@ func viewSubscription(s dispatch.Subscription) subscriptionView {
 		CredentialsID: idOrEmpty(s.CredentialsID), Headers: s.Headers, MaxRetries: s.MaxRetries,
 		RetryStrategy: string(s.RetryStrategy), OrderingKey: s.OrderingKey, RateLimitPerSecond: s.RateLimitPerSecond,
 		Status: s.Status, DisabledReason: s.DisabledReason, VerifyRequired: s.VerifyRequired, VerifiedURL: s.VerifiedURL,
+		QueueURL: s.QueueURL, PoolCode: s.PoolCode,
 		CreatedAt: fmtTime(s.CreatedAt), UpdatedAt: fmtTime(s.UpdatedAt),
 	}
 	if v.Filter == nil {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,7 +14,9 @@ import (
 
 // Outbox is what the publisher needs from the job store.
 type Outbox interface {
-	PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error)
+	// PublishDueExcept hands due, unsent jobs to send, but none whose
+	// queue key is in skip ("": the default queue).
+	PublishDueExcept(ctx context.Context, now time.Time, limit int, skip []string, send func([]dispatch.Unsent) ([]int64, error)) (int, error)
 	Sweep(ctx context.Context, now time.Time, requeueAfter time.Duration) (expired, requeued int64, err error)
 	Unmark(ctx context.Context, ids []int64, mark time.Time) error
 	ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error
@@ -38,8 +41,19 @@ type FailingSubscriptions interface {
 	DisableFailingSubscriptions(ctx context.Context, now time.Time, after time.Duration) (int64, error)
 }
 
+// Destination is a queue jobs may name, by its key (dispatch.RouteQueue.Key).
+type Destination struct {
+	Key   string
+	Queue *Queue
+}
+
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
+	// Destinations are the queues jobs may name (Job.QueueURL), the
+	// default among them or not; a job naming none, or one no longer
+	// configured, goes to the queue given to NewPublisher.
+	Destinations []Destination
+	// PoolCode is the pool of pointers whose jobs name none.
 	PoolCode   string
 	ProcessURL string // informational mediationTarget in pointers
 	// RequeueAfter is how long past due a live job may go without news
@@ -75,6 +89,20 @@ type Publisher struct {
 	// goroutine only), and when the first of them was sent.
 	unconfirmed []dispatch.Unsent
 	firstSent   time.Time
+
+	// Run's goroutine only: the queues by key, each queue's health, and
+	// the keys already warned about (no longer configured).
+	byKey   map[string]*Queue
+	health  map[*Queue]*queueHealth
+	strayed map[string]bool
+}
+
+// queueHealth is whether sends to a queue work. A failing queue is tried
+// again after a backoff; meanwhile its jobs wait in the outbox, and the
+// other queues' jobs go on.
+type queueHealth struct {
+	retryAt time.Time
+	backoff time.Duration
 }
 
 // NewPublisher returns a Publisher.
@@ -85,8 +113,58 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 	if cfg.PoolCode == "" {
 		cfg.PoolCode = dispatch.DefaultPool
 	}
-	return &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"),
-		kick: make(chan struct{}, 1), handed: make(chan struct{}, 1), sending: true}
+	p := &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"),
+		kick: make(chan struct{}, 1), handed: make(chan struct{}, 1), sending: true,
+		byKey: map[string]*Queue{"": q}, health: map[*Queue]*queueHealth{}, strayed: map[string]bool{}}
+	for _, d := range cfg.Destinations {
+		p.byKey[d.Key] = d.Queue
+	}
+	return p
+}
+
+// route is the queue of a job naming key.
+func (p *Publisher) route(key string) *Queue {
+	if q, ok := p.byKey[key]; ok {
+		return q
+	}
+	if !p.strayed[key] {
+		p.strayed[key] = true
+		p.log.Warn("a job names a queue that is no longer configured; its pointer goes to the default queue (logged once per queue)",
+			"queue", key, "default_queue", p.q.Name())
+	}
+	return p.q
+}
+
+// skip lists the keys of the queues in their backoff after failing, for
+// the outbox query to leave out.
+func (p *Publisher) skip(now time.Time) []string {
+	var out []string
+	for key, q := range p.byKey {
+		if h := p.health[q]; h != nil && now.Before(h.retryAt) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// sendFailed puts q in a backoff after a failed send (5 s, doubling up to
+// a minute); sendWorked ends it.
+func (p *Publisher) sendFailed(q *Queue, err error) {
+	h := p.health[q]
+	if h == nil {
+		h = &queueHealth{}
+		p.health[q] = h
+		p.log.Warn("cannot send to a queue; its jobs wait in the outbox while the other queues' go on", "queue", q.Name(), "err", err)
+	}
+	h.backoff = min(max(2*h.backoff, 5*time.Second), time.Minute)
+	h.retryAt = time.Now().Add(h.backoff)
+}
+
+func (p *Publisher) sendWorked(q *Queue) {
+	if p.health[q] != nil {
+		delete(p.health, q)
+		p.log.Info("sending to the queue again", "queue", q.Name())
+	}
 }
 
 // Accepting reports whether new jobs may be handed over at creation: the
@@ -235,7 +313,7 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 			return nil
 		}
 		sent, err := p.send(ctx, batch)
-		if err == nil {
+		if len(sent) == len(batch) {
 			continue
 		}
 		ok := make(map[int64]bool, len(sent))
@@ -247,6 +325,10 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 			if !ok[u.ID] {
 				rest = append(rest, u)
 			}
+		}
+		if err == nil { // the pointers of queues in their backoff: the outbox sends them later
+			p.unmark(rest)
+			continue
 		}
 		p.mu.Lock()
 		p.sending = false
@@ -304,7 +386,8 @@ func (p *Publisher) disableFailing(ctx context.Context) {
 // publishAll sends due pointers until none are left.
 func (p *Publisher) publishAll(ctx context.Context) error {
 	for {
-		n, err := p.outbox.PublishDue(ctx, time.Now(), p.cfg.BatchSize, func(due []dispatch.Unsent) ([]int64, error) {
+		now := time.Now()
+		n, err := p.outbox.PublishDueExcept(ctx, now, p.cfg.BatchSize, p.skip(now), func(due []dispatch.Unsent) ([]int64, error) {
 			return p.send(ctx, due)
 		})
 		if err != nil || n < p.cfg.BatchSize {
@@ -313,7 +396,47 @@ func (p *Publisher) publishAll(ctx context.Context) error {
 	}
 }
 
+// send sends the pointers of due to their queues, in order per queue, and
+// returns the ids sent. A queue that fails takes none of its later
+// pointers (they would overtake) and goes into a backoff; the error says
+// so. The pointers of a queue in its backoff are not tried, and are not an
+// error: they wait in the outbox.
 func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, error) {
+	var (
+		order []*Queue
+		byQ   = map[*Queue][]dispatch.Unsent{}
+	)
+	for _, u := range due {
+		q := p.route(u.QueueURL)
+		if _, ok := byQ[q]; !ok {
+			order = append(order, q)
+		}
+		byQ[q] = append(byQ[q], u)
+	}
+	sent := make([]int64, 0, len(due))
+	var errs []error
+	now := time.Now()
+	for _, q := range order {
+		if h := p.health[q]; h != nil && now.Before(h.retryAt) {
+			continue
+		}
+		ids, err := p.sendTo(ctx, q, byQ[q])
+		sent = append(sent, ids...)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.sendFailed(q, err)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		p.sendWorked(q)
+	}
+	return sent, errors.Join(errs...)
+}
+
+// sendTo sends pointers to q in batches of ten, stopping at the first
+// failure.
+func (p *Publisher) sendTo(ctx context.Context, q *Queue, due []dispatch.Unsent) ([]int64, error) {
 	sent := make([]int64, 0, len(due))
 	for len(due) > 0 {
 		batch := due[:min(10, len(due))]
@@ -321,8 +444,12 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 		entries := make([]Entry, len(batch))
 		for i, u := range batch {
 			id := dispatch.FormatID(u.ID)
+			pool := u.PoolCode
+			if pool == "" {
+				pool = p.cfg.PoolCode
+			}
 			body, _ := json.Marshal(dispatch.Pointer{
-				ID: id, PoolCode: p.cfg.PoolCode, MediationType: "HTTP",
+				ID: id, PoolCode: pool, MediationType: "HTTP",
 				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
 			})
 			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
@@ -330,7 +457,7 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 				entries[i].Attributes = tracing.Carrier(u.TraceContext)
 			}
 		}
-		ok, err := p.q.SendBatch(ctx, entries)
+		ok, err := q.SendBatch(ctx, entries)
 		if len(ok) > 0 && len(p.unconfirmed) == 0 {
 			p.firstSent = time.Now()
 		}

@@ -33,7 +33,7 @@ func (f *fakeOutbox) ConfirmSent(_ context.Context, sent []dispatch.Unsent) erro
 	return nil
 }
 
-func (f *fakeOutbox) PublishDue(context.Context, time.Time, int, func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+func (f *fakeOutbox) PublishDueExcept(context.Context, time.Time, int, []string, func([]dispatch.Unsent) ([]int64, error)) (int, error) {
 	return 0, nil
 }
 

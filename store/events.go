@@ -18,24 +18,26 @@ import (
 
 const subscriptionColumns = `id, name, url, event_types, filter, credentials_id, headers, max_retries,
 	retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason, verify_required,
-	COALESCE(verified_url, ''), enabled_at, created_at, updated_at`
+	COALESCE(verified_url, ''), enabled_at, created_at, updated_at, queue_url, pool_code`
 
 func scanSubscription(row pgx.Row) (dispatch.Subscription, error) {
 	var (
 		s                   dispatch.Subscription
 		credID              *int64
 		orderingKey, reason *string
+		queueURL, poolCode  *string
 		rate                *int32
 		filter, headers     map[string]string
 		eventTypes          []string
 	)
 	err := row.Scan(&s.ID, &s.Name, &s.URL, &eventTypes, &filter, &credID, &headers, &s.MaxRetries,
 		&s.RetryStrategy, &orderingKey, &rate, &s.Status, &reason, &s.VerifyRequired, &s.VerifiedURL, &s.EnabledAt,
-		&s.CreatedAt, &s.UpdatedAt)
+		&s.CreatedAt, &s.UpdatedAt, &queueURL, &poolCode)
 	if err != nil {
 		return s, err
 	}
 	s.EventTypes, s.Filter, s.Headers = eventTypes, filter, headers
+	s.QueueURL, s.PoolCode = deref(queueURL), deref(poolCode)
 	s.CredentialsID, s.OrderingKey, s.DisabledReason = derefInt(credID), deref(orderingKey), deref(reason)
 	if rate != nil {
 		s.RateLimitPerSecond = int(*rate)
@@ -94,12 +96,13 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *dispatch.Subscripti
 		out, err = scanSubscription(tx.QueryRow(ctx, `
 		INSERT INTO dispatch_subscription (id, name, url, event_types, filter, credentials_id, headers,
 			max_retries, retry_strategy, ordering_key, rate_limit_per_second, status, disabled_reason,
-			verify_required, enabled_at, created_at, updated_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$15,$14,$14,$14)
+			verify_required, enabled_at, created_at, updated_at, queue_url, pool_code)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$15,$14,$14,$14,$16,$17)
 		RETURNING `+subscriptionColumns,
 			s.NewID(), sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
 			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
-			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now, sub.VerifyRequired))
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason), now, sub.VerifyRequired,
+			nullStr(sub.QueueURL), nullStr(sub.PoolCode)))
 		if err != nil {
 			return err
 		}
@@ -184,11 +187,13 @@ func (s *Store) UpdateSubscription(ctx context.Context, id int64, change func(*d
 			UPDATE dispatch_subscription SET name = $2, url = $3, event_types = $4, filter = $5,
 				credentials_id = $6, headers = $7, max_retries = $8, retry_strategy = $9, ordering_key = $10,
 				rate_limit_per_second = $11, status = $12, disabled_reason = $13, updated_at = now(),
-				enabled_at = CASE WHEN $12 = 'ACTIVE' AND status <> 'ACTIVE' THEN now() ELSE enabled_at END
+				enabled_at = CASE WHEN $12 = 'ACTIVE' AND status <> 'ACTIVE' THEN now() ELSE enabled_at END,
+				queue_url = $14, pool_code = $15
 			WHERE id = $1 RETURNING `+subscriptionColumns,
 			id, sub.Name, sub.URL, sub.EventTypes, emptyIfNil(sub.Filter), nullInt(sub.CredentialsID),
 			emptyIfNil(sub.Headers), sub.MaxRetries, string(sub.RetryStrategy), nullStr(sub.OrderingKey),
-			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason)))
+			nullRate(sub.RateLimitPerSecond), string(sub.Status), nullStr(sub.DisabledReason),
+			nullStr(sub.QueueURL), nullStr(sub.PoolCode)))
 		if err != nil {
 			return err
 		}
@@ -337,7 +342,8 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		var fan fanOut
 		limit, matched := s.fanoutLimit(len(e.Data)), 0
 		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(ordering_key, ''), url, headers::text, credentials_id, max_retries, retry_strategy
+			SELECT id, COALESCE(ordering_key, ''), url, headers::text, credentials_id, max_retries, retry_strategy,
+				queue_url, pool_code
 			FROM dispatch_subscription
 			WHERE status = 'ACTIVE' AND event_types && $1 AND filter <@ $2
 			ORDER BY id`, dispatch.MatchKeys(e.Type), metadata)
@@ -348,12 +354,13 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			id, maxRetries          int64
 			key, url, hdrs, retries string
 			creds                   *int64
+			queue, pool             *string
 		)
 		for rows.Next() {
 			if matched++; matched > limit {
 				continue
 			}
-			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries); err != nil {
+			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries, &queue, &pool); err != nil {
 				rows.Close()
 				return err
 			}
@@ -361,7 +368,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			if key != "" {
 				g = nullStr(dispatch.OrderingGroup(id, key, data))
 			}
-			fan.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries)
+			fan.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries, queue, pool)
 		}
 		if err := rows.Err(); err != nil {
 			return err
@@ -377,14 +384,16 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			WITH j AS (
 				INSERT INTO dispatch_job (id, created_at, updated_at, source, type, group_id, target_url,
 					protocol, headers, payload_content_type, credentials_id, status, max_retries,
-					retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id, trace_context)
+					retry_strategy, idempotency_key, metadata, next_attempt_at, event_id, subscription_id, trace_context,
+					queue_url, pool_code)
 				SELECT m.job_id, $1, $1, $2, $3, m.group_id, m.url, 'HTTP_WEBHOOK', m.headers,
 					'application/json', m.credentials_id, 'PENDING', m.max_retries, m.retry_strategy,
 					$5::text || ':' || m.sub_id::text,
 					$6::jsonb || jsonb_build_object('eventId', $5::text, 'subscriptionId', m.sub_id::text),
-					$1, $7, m.sub_id, $16::text
-				FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[])
-					AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy)
+					$1, $7, m.sub_id, $16::text, m.queue_url, m.pool_code
+				FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::int[], $15::text[],
+					$17::text[], $18::text[])
+					AS m(job_id, sub_id, group_id, url, headers, credentials_id, max_retries, retry_strategy, queue_url, pool_code)
 				ORDER BY m.job_id
 				RETURNING id, subscription_id, status
 			), p AS (
@@ -394,7 +403,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			SELECT id, subscription_id, status FROM j ORDER BY id`,
 			now, e.Source, e.Type, packPayload(e.Data), dispatch.FormatID(out.ID), metadata, out.ID,
 			fan.jobIDs, fan.subIDs, fan.groups, fan.urls, fan.headers, fan.creds, fan.maxRetries, fan.retries,
-			nullStr(e.TraceContext))
+			nullStr(e.TraceContext), fan.queues, fan.pools)
 		if err != nil {
 			return err
 		}
@@ -412,9 +421,12 @@ type fanOut struct {
 	urls, headers, retries []string
 	creds                  []*int64
 	maxRetries             []int64
+	queues, pools          []*string
 }
 
-func (f *fanOut) add(jobID, subID int64, group *string, url, headers string, creds *int64, maxRetries int64, retries string) {
+func (f *fanOut) add(jobID, subID int64, group *string, url, headers string, creds *int64, maxRetries int64, retries string, queue, pool *string) {
+	f.queues = append(f.queues, queue)
+	f.pools = append(f.pools, pool)
 	f.jobIDs = append(f.jobIDs, jobID)
 	f.subIDs = append(f.subIDs, subID)
 	f.groups = append(f.groups, group)

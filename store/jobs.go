@@ -19,7 +19,7 @@ const jobColumns = `id, external_id, created_at, updated_at, source, type, group
 	protocol, headers, payload, payload_content_type, credentials_id, status, max_retries,
 	retry_strategy, scheduled_for, expires_at, attempt_count, last_attempt_at, completed_at,
 	duration_millis, last_error, idempotency_key, metadata, replay_of, queued_at,
-	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id, seq`
+	next_attempt_at, claimed_until, pointer_gen, event_id, subscription_id, seq, queue_url, pool_code`
 
 // jobCols is jobColumns read through alias (a table name or alias of
 // dispatch_job), with the payload taken from dispatch_payload: a job's
@@ -49,12 +49,13 @@ func scanJob(row pgx.Row) (dispatch.Job, error) {
 		nextAt                                time.Time
 		inRow                                 *string // a payload stored before dispatch_payload
 		body                                  []byte
+		queueURL, poolCode                    *string
 	)
 	err := row.Scan(&j.ID, &externalID, &j.CreatedAt, &j.UpdatedAt, &j.Source, &j.Type, &groupID,
 		&j.TargetURL, &j.Protocol, &j.Headers, &inRow, &body, &j.PayloadContentType, &credID,
 		&j.Status, &j.MaxRetries, &j.RetryStrategy, &j.ScheduledFor, &j.ExpiresAt, &j.AttemptCount,
 		&j.LastAttemptAt, &j.CompletedAt, &j.DurationMillis, &lastErr, &idemKey, &j.Metadata,
-		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID, &seq)
+		&replayOf, &j.QueuedAt, &nextAt, &j.ClaimedUntil, &j.PointerGen, &eventID, &subID, &seq, &queueURL, &poolCode)
 	if err != nil {
 		return j, err
 	}
@@ -66,6 +67,7 @@ func scanJob(row pgx.Row) (dispatch.Job, error) {
 	j.ExternalID, j.GroupID, j.LastError, j.IdempotencyKey = deref(externalID), deref(groupID), deref(lastErr), deref(idemKey)
 	j.CredentialsID, j.ReplayOf = derefInt(credID), derefInt(replayOf)
 	j.EventID, j.SubscriptionID, j.Seq = derefInt(eventID), derefInt(subID), derefInt(seq)
+	j.QueueURL, j.PoolCode = deref(queueURL), deref(poolCode)
 	j.NextAttemptAt = &nextAt
 	return j, nil
 }
@@ -309,7 +311,8 @@ func (s *Store) insertAndHand(ctx context.Context, q querier, jobs []*dispatch.J
 	var us []dispatch.Unsent
 	for i, j := range out {
 		if created[i] && j.QueuedAt != nil {
-			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt, TraceContext: j.TraceContext})
+			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt, TraceContext: j.TraceContext,
+				QueueURL: j.QueueURL, PoolCode: j.PoolCode})
 		}
 	}
 	return out, created, func(committed bool) {
@@ -382,8 +385,10 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		nexts                                = make([]time.Time, n)
 	)
 	traceCtxs := make([]*string, n)
+	queueURLs, poolCodes := make([]*string, n), make([]*string, n)
 	for i, j := range jobs {
 		traceCtxs[i] = nullStr(j.TraceContext)
+		queueURLs[i], poolCodes[i] = nullStr(j.QueueURL), nullStr(j.PoolCode)
 		externalIDs[i], groupIDs[i], idemKeys[i] = nullStr(j.ExternalID), nullStr(j.GroupID), nullStr(j.IdempotencyKey)
 		sources[i], types[i], targets[i], protocols[i] = j.Source, j.Type, j.TargetURL, j.Protocol
 		bodies[i], contentTypes[i], strategies[i] = packPayload(j.Payload), j.PayloadContentType, string(j.RetryStrategy)
@@ -410,10 +415,11 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 				$9::text[], $10::bytea[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
 				$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
-				$22::bigint[], $25::text[])
+				$22::bigint[], $25::text[], $26::text[], $27::text[])
 			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
 				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
-				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context)
+				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context,
+				queue_url, pool_code)
 		), k AS (
 			INSERT INTO dispatch_job_key (idempotency_key, job_id)
 			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
@@ -423,14 +429,15 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 			INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
 				target_url, protocol, headers, payload_content_type, credentials_id, status,
 				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease, trace_context)
+				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease, trace_context,
+				queue_url, pool_code)
 			SELECT id, external_id, $1, $1, source, type, group_id,
 				target_url, protocol, headers::jsonb, payload_content_type, credentials_id, 'PENDING',
 				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
 				replay_of, next_attempt_at, event_id, subscription_id,
 				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
 				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END,
-			trace_context
+			trace_context, queue_url, pool_code
 			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
 			RETURNING id, queued_at, seq
 		), p AS (
@@ -440,7 +447,7 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 		SELECT id, queued_at, seq FROM j`,
 		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, bodies, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
-		markQueued, now.Add(s.sendLease), traceCtxs)
+		markQueued, now.Add(s.sendLease), traceCtxs, queueURLs, poolCodes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}

@@ -467,7 +467,17 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 }
 
 // PublishDue takes up to limit due jobs whose pointer is not on the queue,
-// hands them to send, and returns how many send reports as sent.
+// hands them to send, and returns how many send reports as sent
+// (PublishDueExcept, skipping no queue).
+func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	return s.PublishDueExcept(ctx, now, limit, nil, send)
+}
+
+// PublishDueExcept takes up to limit due jobs whose pointer is not on the
+// queue, hands them to send, and returns how many send reports as sent.
+// Jobs whose queue is in skip (a queue's key, "" for the default queue)
+// are left for a later pass: their queue is failing, and they must not fill
+// every batch and hold up the other queues' jobs.
 //
 // No row lock or transaction is held while send talks to the queue: one
 // statement marks the jobs queued under a send lease (FOR UPDATE SKIP
@@ -478,7 +488,7 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 // processor. Should the process die between the mark and the send, the
 // lease runs out and the sweep sends those jobs again: at least once,
 // never never.
-func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+func (s *Store) PublishDueExcept(ctx context.Context, now time.Time, limit int, skip []string, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("store: publish: limit %d, want at least 1", limit)
 	}
@@ -495,18 +505,20 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 		WHERE id = ANY (ARRAY(
 			SELECT id FROM dispatch_job j
 			WHERE queued_at IS NULL AND status IN ('PENDING', 'FAILED', 'IN_PROGRESS') AND next_attempt_at <= $1
+				AND COALESCE(queue_url, '') <> ALL ($3::text[])
 				-- A pointer sent again (stepped aside, or replacing a lost
 				-- one) waits until no earlier job of its group is live.
 				AND (pointer_gen = 0 OR group_id IS NULL OR NOT dispatch_live_predecessor(j.group_id, j.seq))
 			ORDER BY next_attempt_at, id LIMIT `+strconv.Itoa(limit)+`
 			FOR UPDATE SKIP LOCKED))
-		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id), COALESCE(trace_context, '')`, now, now.Add(s.sendLease))
+		RETURNING id, COALESCE(group_id, ''), pointer_gen, COALESCE(seq, id), COALESCE(trace_context, ''),
+			COALESCE(queue_url, ''), COALESCE(pool_code, '')`, now, now.Add(s.sendLease), skipList(skip))
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
 	}
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Unsent, error) {
 		u := dispatch.Unsent{Mark: now}
-		return u, r.Scan(&u.ID, &u.GroupID, &u.Gen, &u.Seq, &u.TraceContext)
+		return u, r.Scan(&u.ID, &u.GroupID, &u.Gen, &u.Seq, &u.TraceContext, &u.QueueURL, &u.PoolCode)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: publish: %w", err)
@@ -538,6 +550,15 @@ func (s *Store) PublishDue(ctx context.Context, now time.Time, limit int, send f
 		return len(sent), fmt.Errorf("store: publish: %w", sendErr)
 	}
 	return len(sent), nil
+}
+
+// skipList is skip as the statement takes it: never NULL (<> ALL of NULL
+// is NULL, which would select nothing).
+func skipList(skip []string) []string {
+	if skip == nil {
+		return []string{}
+	}
+	return skip
 }
 
 // Sweep repairs what a lost message or a dead process leaves behind: jobs

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/dispatchhq/dispatch/localstack/sqsfake"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -81,5 +88,176 @@ func TestQueuesFromTheRouterConfigurationFile(t *testing.T) {
 	// The API stays ready: its default queue answers.
 	if code := in.do("GET", "/health/ready", "", nil, nil); code != http.StatusOK {
 		t.Errorf("the API's /health/ready = %d with one of two queues missing, want 200", code)
+	}
+}
+
+// seedBody is seed 002's create-job example, as its clients send it.
+const seedBody = `{
+  "source": "order-service",
+  "type": "order.created",
+  "groupId": "order-12345",
+  "metadata": {
+    "tenantId": "acme-corp",
+    "userId": "user-789",
+    "priority": "high"
+  },
+  "targetUrl": "https://partner.com/webhooks/orders",
+  "protocol": "HTTP_WEBHOOK",
+  "headers": {
+    "X-Custom-Header": "value"
+  },
+  "payload": "{\"orderId\":\"12345\",\"amount\":99.99}",
+  "payloadContentType": "application/json",
+  "credentialsId": "cred-uuid-here",
+  "maxRetries": 3,
+  "retryStrategy": "exponential",
+  "scheduledFor": "2025-10-04T15:00:00Z",
+  "queueUrl": "http://localhost:9324/000000000000/flow-catalyst-dispatch.fifo"
+}`
+
+// seedQueueURL is the queue seed 002's example names.
+const seedQueueURL = "http://localhost:9324/000000000000/flow-catalyst-dispatch.fifo"
+
+// privateSQS is an SQS stand-in of the test's own, with the queues named:
+// the seed's queue name is fixed, and no other test may share the queue.
+func privateSQS(t *testing.T, names ...string) []sqstest.Queue {
+	t.Helper()
+	sqstest.SetEnv()
+	srv := httptest.NewServer(sqsfake.New().Handler())
+	t.Cleanup(srv.Close)
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(srv.URL) })
+	out := make([]sqstest.Queue, len(names))
+	for i, name := range names {
+		q, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name),
+			Attributes: map[string]string{"FifoQueue": "true", "VisibilityTimeout": "30"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = sqstest.Queue{Name: name, URL: aws.ToString(q.QueueUrl), Endpoint: srv.URL, API: client}
+	}
+	return out
+}
+
+// poolSucceeded is how many mediations a pool of a router finished.
+func (in *instance) poolSucceeded(code string) int {
+	var pools []struct {
+		Code      string `json:"code"`
+		Succeeded int    `json:"succeeded"`
+	}
+	in.routerJSON("/monitoring/pools", &pools)
+	for _, p := range pools {
+		if p.Code == code {
+			return p.Succeeded
+		}
+	}
+	return -1
+}
+
+// Seed 002's create request names its queue with queueUrl. When that queue
+// is configured, the job is accepted and its pointer goes through that
+// queue (a router polling only it delivers it, in the pool the job names);
+// a queue or pool not configured is refused, naming those that are. A
+// subscription names its jobs' queue the same way.
+func TestSeedJobNamingItsQueueIsDeliveredThroughIt(t *testing.T) {
+	t.Parallel()
+	qs := privateSQS(t, "t-default.fifo", "flow-catalyst-dispatch.fifo")
+	def := qs[0]
+	dbURL := storetest.NewDatabase(t)
+	pools := "DISPATCH-POOL:4,SLOW:1"
+	in := startWith(t, "api", dbURL, def, map[string]string{"DISPATCH_QUEUE_URL": "",
+		"DISPATCH_QUEUES": def.URL + "," + seedQueueURL, "DISPATCH_POOLS": pools})
+	process := in.apiURL + "/api/dispatch/process"
+	// One router polls only the default queue, the other only the seed's.
+	byDefault := startWith(t, "router", dbURL, def, map[string]string{"DISPATCH_PROCESS_URL": process, "DISPATCH_POOLS": pools})
+	bySeed := startWith(t, "router", dbURL, def, map[string]string{"DISPATCH_QUEUE_URL": seedQueueURL, "DISPATCH_PROCESS_URL": process, "DISPATCH_POOLS": pools})
+	rc := newReceiver(t, nil)
+
+	// The seed's body as it is: only its placeholder credentials are refused.
+	var refused struct {
+		Error struct {
+			Details []struct{ Field, Message string } `json:"details"`
+		} `json:"error"`
+	}
+	if code := in.do("POST", "/api/dispatch/jobs", apiToken, json.RawMessage(seedBody), &refused); code != http.StatusBadRequest {
+		t.Fatalf("the seed's body with its placeholder credentialsId: %d, want 400", code)
+	}
+	for _, d := range refused.Error.Details {
+		if d.Field != "credentialsId" {
+			t.Errorf("the seed's body is refused for %s: %s", d.Field, d.Message)
+		}
+	}
+
+	var cred struct{ ID string }
+	if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken,
+		map[string]any{"signingSecret": "whsec_seed_secret", "allowedTargets": []string{rc.URL}}, &cred); code != http.StatusCreated {
+		t.Fatalf("create credentials: %d", code)
+	}
+	var body map[string]any
+	if err := json.Unmarshal([]byte(seedBody), &body); err != nil {
+		t.Fatal(err)
+	}
+	body["credentialsId"], body["targetUrl"], body["poolCode"] = cred.ID, rc.URL+"/webhooks/orders", "SLOW"
+	var j struct {
+		ID, QueueURL, PoolCode, Status string
+	}
+	if code := in.do("POST", "/api/dispatch/jobs", apiToken, body, &j); code != http.StatusCreated {
+		t.Fatalf("the seed's body, with real credentials and target: %d, want 201", code)
+	}
+	if j.QueueURL != seedQueueURL || j.PoolCode != "SLOW" {
+		t.Errorf("job names queue %q and pool %q, want the seed's queue and SLOW", j.QueueURL, j.PoolCode)
+	}
+	in.waitStatus(j.ID, 20*time.Second, "COMPLETED")
+	if n := bySeed.poolSucceeded("SLOW"); n != 1 {
+		t.Errorf("the router polling the seed's queue mediated %d in pool SLOW, want 1", n)
+	}
+	if n := byDefault.poolSucceeded("SLOW") + byDefault.poolSucceeded("DISPATCH-POOL"); n != 0 {
+		t.Errorf("the router polling only the default queue mediated %d, want 0", n)
+	}
+	plain := in.createJob(jobBody(rc.URL, nil))
+	in.waitStatus(plain.ID, 20*time.Second, "COMPLETED")
+	if n := byDefault.poolSucceeded("DISPATCH-POOL"); n != 1 {
+		t.Errorf("a job naming no queue: the default queue's router mediated %d, want 1", n)
+	}
+
+	// Neither a queue nor a pool that is not configured.
+	for field, value := range map[string]string{"queueUrl": "http://localhost:9324/000000000000/other.fifo", "poolCode": "FAST"} {
+		var e struct {
+			Error struct {
+				Details []struct{ Field, Message string } `json:"details"`
+			} `json:"error"`
+		}
+		code := in.do("POST", "/api/dispatch/jobs", apiToken, jobBody(rc.URL, map[string]any{field: value}), &e)
+		if code != http.StatusBadRequest || len(e.Error.Details) != 1 || e.Error.Details[0].Field != field {
+			t.Errorf("%s %q: %d %+v, want 400 naming %s", field, value, code, e, field)
+			continue
+		}
+		want := map[string]string{"queueUrl": def.URL + ", " + seedQueueURL, "poolCode": "DISPATCH-POOL, SLOW"}[field]
+		if !strings.Contains(e.Error.Details[0].Message, want) {
+			t.Errorf("%s refused with %q; it does not name the configured ones (%s)", field, e.Error.Details[0].Message, want)
+		}
+	}
+
+	// A subscription's jobs go to its queue.
+	var sub struct{ ID, QueueURL string }
+	if code := in.do("POST", "/api/dispatch/subscriptions", apiToken, map[string]any{"name": "seed", "url": rc.URL + "/sub",
+		"eventTypes": []string{"order.*"}, "queueUrl": "flow-catalyst-dispatch.fifo"}, &sub); code != http.StatusCreated {
+		t.Fatalf("create subscription: %d", code)
+	}
+	if sub.QueueURL != seedQueueURL {
+		t.Errorf("subscription names queue %q, want %q (the configured queue's URL)", sub.QueueURL, seedQueueURL)
+	}
+	var ev struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	if code := in.do("POST", "/api/dispatch/events", apiToken, map[string]any{"source": "shop", "type": "order.created", "data": map[string]any{"id": 1}}, &ev); code != http.StatusCreated || len(ev.Jobs) != 1 {
+		t.Fatalf("publish: %d %+v", code, ev)
+	}
+	in.waitStatus(ev.Jobs[0].ID, 20*time.Second, "COMPLETED")
+	if n := bySeed.poolSucceeded("DISPATCH-POOL"); n != 1 {
+		t.Errorf("the event's job: the seed queue's router mediated %d in DISPATCH-POOL, want 1", n)
 	}
 }

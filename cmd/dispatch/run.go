@@ -373,7 +373,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if withRouter && !a.cfg.ProcessURLSet {
 			processURL = "http://" + loopbackAddr(ln.Addr()) + "/api/dispatch/process"
 		}
-		publisher := router.NewPublisher(q, st, router.PublisherConfig{
+		dests := make([]router.Destination, len(queues))
+		for i, rq := range queues {
+			dests[i] = router.Destination{Key: a.cfg.Queues[i].Key(), Queue: rq}
+		}
+		publisher := router.NewPublisher(q, st, router.PublisherConfig{Destinations: dests,
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
 			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
@@ -400,7 +404,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		server := api.New(st, processor, publisher, api.Config{
 			APITokens: a.cfg.APITokens, AdminToken: a.cfg.AdminToken, InternalToken: a.cfg.InternalToken,
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
-			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets},
+			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets, Routing: a.routing()},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
 			Verifier: mediator.NewVerifier(st, sender, a.log),
@@ -504,6 +508,19 @@ func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
 		out[i] = q
 	}
 	return out, nil
+}
+
+// routing is what jobs may name: the configured queues and pools.
+func (a *app) routing() *dispatch.Routing {
+	queues := make([]dispatch.RouteQueue, len(a.cfg.Queues))
+	for i, q := range a.cfg.Queues {
+		queues[i] = dispatch.RouteQueue{Key: q.Key(), Name: q.Name, ByName: q.URL == ""}
+	}
+	pools := make([]string, len(a.cfg.Pools))
+	for i, p := range a.cfg.Pools {
+		pools[i] = p.Code
+	}
+	return dispatch.NewRouting(queues, pools)
 }
 
 // totalDepth reads every queue's depth and adds them up: the queue gauges
