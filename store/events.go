@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,23 +127,14 @@ func (s *Store) GetSubscription(ctx context.Context, id int64) (dispatch.Subscri
 // ListSubscriptions returns one page of subscriptions, newest first, and the
 // total. f.EventType selects those an event of that type would reach.
 func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFilter, page, size int) ([]dispatch.Subscription, int, error) {
-	var (
-		conds []string
-		args  []any
-	)
+	var w where
 	if f.EventType != "" {
-		args = append(args, dispatch.MatchKeys(f.EventType))
-		conds = append(conds, "event_types && $"+strconv.Itoa(len(args)))
+		w.add("event_types && ?", dispatch.MatchKeys(f.EventType))
 	}
 	if f.Status != "" {
-		args = append(args, string(f.Status))
-		conds = append(conds, "status = $"+strconv.Itoa(len(args)))
+		w.add("status = ?", string(f.Status))
 	}
-	where := ""
-	if len(conds) > 0 {
-		where = " WHERE " + strings.Join(conds, " AND ")
-	}
-	subs, total, err := newestPage(ctx, s, "dispatch_subscription", subscriptionColumns, where, args, page, size,
+	subs, total, err := newestPage(ctx, s, "dispatch_subscription", subscriptionColumns, w.sql(), w.args, page, size,
 		func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list subscriptions: %w", err)
@@ -488,14 +477,8 @@ func (s *Store) GetEvent(ctx context.Context, id int64) (dispatch.Event, error) 
 // SearchEvents returns one page of matching events, newest first, and the
 // total. The events come without their jobs (GetEvent has them).
 func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, size int) ([]dispatch.Event, int, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var w where
+	add := w.add
 	if f.Type != "" {
 		add("type = ?", f.Type)
 	}
@@ -506,11 +489,7 @@ func (s *Store) SearchEvents(ctx context.Context, f dispatch.EventFilter, page, 
 	if f.Before > 0 {
 		add("id < ?", f.Before)
 	}
-	where := ""
-	if len(conds) > 0 {
-		where = " WHERE " + strings.Join(conds, " AND ")
-	}
-	events, total, err := newestPage(ctx, s, "dispatch_event", eventColumns, where, args, page, size,
+	events, total, err := newestPage(ctx, s, "dispatch_event", eventColumns, w.sql(), w.args, page, size,
 		func(r pgx.CollectableRow) (dispatch.Event, error) { return scanEvent(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: search events: %w", err)

@@ -542,15 +542,29 @@ func (s *Store) GetJob(ctx context.Context, id int64) (dispatch.Job, error) {
 	return j, nil
 }
 
-func filterWhere(f dispatch.JobFilter) (string, []any) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+// where builds a statement's WHERE clause: each condition names its
+// argument "?", numbered in the order they are added.
+type where struct {
+	conds []string
+	args  []any
+}
+
+func (w *where) add(cond string, arg any) {
+	w.args = append(w.args, arg)
+	w.conds = append(w.conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(w.args))))
+}
+
+// sql is " WHERE a AND b …", or "" with no condition.
+func (w *where) sql() string {
+	if len(w.conds) == 0 {
+		return ""
 	}
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+func filterWhere(f dispatch.JobFilter) (string, []any) {
+	var w where
+	add := w.add
 	if len(f.Statuses) > 0 {
 		ss := make([]string, len(f.Statuses))
 		for i, st := range f.Statuses {
@@ -574,10 +588,7 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 	if len(f.Metadata) > 0 {
 		add("metadata @> ?", f.Metadata)
 	}
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return w.sql(), w.args
 }
 
 // SearchJobs returns one page of matching jobs, newest first, and the total.
