@@ -132,8 +132,14 @@ func TestRetentionDropsFinishedPartitionsAndHoldsLiveOnes(t *testing.T) {
 // create rather than fail.
 func TestPartitionsAreCreatedAheadByOneReplica(t *testing.T) {
 	t.Parallel()
-	st, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	dbURL := storetest.NewDatabase(t)
+	st := secondStore(t, dbURL, store.Options{PartitionInterval: time.Minute})
 	createJob(t, st) // no upkeep ran: the create makes its own room
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
 	other := secondStore(t, dbURL, store.Options{})
 	var (
 		wg      sync.WaitGroup

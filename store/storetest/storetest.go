@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -148,6 +149,13 @@ func New(t testing.TB, opts store.Options) (*store.Store, *pgxpool.Pool, string)
 	st, err := store.New(pool, opts)
 	if err != nil {
 		t.Fatalf("storetest: store: %v", err)
+	}
+	// The partitions of now and ahead, as the service makes them before it
+	// serves: a test's first create does not pay for them (nor see its
+	// clock move while they are made).
+	if _, err := st.MaintainHistory(context.Background(), time.Now(),
+		store.History{Interval: cmp.Or(opts.PartitionInterval, store.DefaultPartitionInterval)}); err != nil {
+		t.Fatalf("storetest: partitions: %v", err)
 	}
 	return st, pool, dbURL
 }
