@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"regexp"
@@ -267,33 +268,64 @@ func TestConsoleScriptsNeverParseMarkup(t *testing.T) {
 	}
 }
 
-func TestMonitoringShowsPoolsAndOpenBreakers(t *testing.T) {
+// The monitoring shows every router's pools as the routers reported them
+// to the database, whichever host they run on: up, stopped (it said so),
+// or gone (silent for over a minute); and the breakers open in this API.
+func TestMonitoringShowsEveryRoutersPoolsAndOpenBreakers(t *testing.T) {
 	t.Parallel()
 	until := time.Now().Add(30 * time.Second)
 	f := setup(t, withConfig(func(c *api.Config) {
-		c.Pools = func(context.Context) (json.RawMessage, error) {
-			return json.RawMessage(`[{"code":"DISPATCH-POOL","concurrency":20,"inFlight":3,"buffered":1,"succeeded":10,"retried":2,"failed":1,"rateLimited":0,"avgMediationMillis":12.5}]`), nil
-		}
 		c.Breakers = func() []api.OpenBreaker { return []api.OpenBreaker{{Host: "down.example:443", OpenUntil: until}} }
 	}))
-	var m struct {
-		Pools []struct {
-			Code     string `json:"code"`
-			InFlight int    `json:"inFlight"`
-		} `json:"pools"`
-		Breakers []struct {
-			Host string `json:"host"`
-		} `json:"breakers"`
-	}
-	f.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).decode(t, &m)
-	if len(m.Pools) != 1 || m.Pools[0].InFlight != 3 || len(m.Breakers) != 1 || m.Breakers[0].Host != "down.example:443" {
-		t.Errorf("monitoring = %+v", m)
+	empty := f.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).object(t)
+	if rs, ok := empty["routers"].([]any); !ok || len(rs) != 0 {
+		t.Errorf("before any report: routers %v, want []", empty["routers"])
 	}
 
-	g := setup(t) // an API with no router known
-	r := g.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).object(t)
-	if r["pools"] != nil || r["poolsError"] == "" {
-		t.Errorf("without a router: %v, want pools null and a reason", r)
+	pools := func(inFlight int) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`[{"code":"DISPATCH-POOL","concurrency":20,"inFlight":%d,"buffered":1,"succeeded":10,"retried":2,"failed":1,"rateLimited":0,"avgMediationMillis":0.4}]`, inFlight))
+	}
+	started := time.Now().Add(-time.Hour)
+	stopped := time.Now()
+	for _, r := range []dispatch.RouterReport{
+		{ID: "b-host:2:x", Host: "b-host", Version: "1.2.0", Pools: pools(3), StartedAt: started},
+		{ID: "a-host:1:y", Host: "a-host", Version: "1.2.0", Pools: pools(5), StartedAt: started},
+		{ID: "a-host:0:z", Host: "a-host", Version: "1.1.0", Pools: pools(0), StartedAt: started, StoppedAt: &stopped},
+		{ID: "c-host:9:w", Host: "c-host", Version: "1.2.0", Pools: pools(7), StartedAt: started},
+	} {
+		if err := f.store.ReportRouter(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c-host has not reported for two minutes.
+	if _, err := f.pool.Exec(t.Context(), `UPDATE dispatch_router SET reported_at = now() - interval '2 minutes' WHERE host = 'c-host'`); err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Routers []struct {
+			ID, Host, State string
+			SilentSeconds   float64
+			Pools           []struct {
+				Code     string
+				InFlight int
+			}
+		}
+		Breakers []struct{ Host string }
+	}
+	f.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).decode(t, &m)
+	var got []string
+	for _, r := range m.Routers {
+		got = append(got, fmt.Sprintf("%s %s %d", r.ID, r.State, r.Pools[0].InFlight))
+	}
+	want := []string{"a-host:1:y UP 5", "b-host:2:x UP 3", "a-host:0:z STOPPED 0", "c-host:9:w GONE 7"}
+	if !slices.Equal(got, want) {
+		t.Errorf("routers = %q, want %q (the running ones first, by host)", got, want)
+	}
+	if len(m.Routers) == 4 && (m.Routers[3].SilentSeconds < 119 || m.Routers[0].SilentSeconds > 60) {
+		t.Errorf("silences %v and %v, want about 120 s for the gone one and little for the first", m.Routers[3].SilentSeconds, m.Routers[0].SilentSeconds)
+	}
+	if len(m.Breakers) != 1 || m.Breakers[0].Host != "down.example:443" {
+		t.Errorf("breakers = %+v", m.Breakers)
 	}
 }
 

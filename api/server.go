@@ -6,7 +6,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -42,6 +41,7 @@ type Store interface {
 	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
 	Backlog(ctx context.Context, now time.Time) (dispatch.Backlog, error)
 	Storage(ctx context.Context) (dispatch.Storage, error)
+	Routers(ctx context.Context) ([]dispatch.RouterReport, error)
 	Ping(ctx context.Context) error
 	CreateSubscription(ctx context.Context, sub *dispatch.Subscription) (dispatch.Subscription, error)
 	GetSubscription(ctx context.Context, id int64) (dispatch.Subscription, error)
@@ -79,9 +79,6 @@ type Config struct {
 	Metrics http.Handler
 	// Verifier runs subscription handshakes (nil: /verify answers 503).
 	Verifier Verifier
-	// Pools returns the router's /monitoring/pools document (nil: no
-	// router known to this API).
-	Pools func(context.Context) (json.RawMessage, error)
 	// Breakers lists the circuit breakers open in this process (nil: none).
 	Breakers func() []OpenBreaker
 	// QueueDepth reads the message counts of the queue this API sends

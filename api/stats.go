@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -117,9 +116,23 @@ type OpenBreaker struct {
 }
 
 type monitoringView struct {
-	Pools      json.RawMessage `json:"pools"`
-	PoolsError string          `json:"poolsError,omitempty"`
-	Breakers   []breakerView   `json:"breakers"`
+	Routers  []routerView  `json:"routers"`
+	Breakers []breakerView `json:"breakers"`
+}
+
+// routerView is a router process's last report: its pools as it reported
+// them, and whether it is up, stopped, or gone (silent for longer than
+// dispatch.RouterGoneAfter).
+type routerView struct {
+	ID            string          `json:"id"`
+	Host          string          `json:"host"`
+	Version       string          `json:"version"`
+	State         string          `json:"state"`
+	StartedAt     string          `json:"startedAt"`
+	ReportedAt    string          `json:"reportedAt"`
+	StoppedAt     *string         `json:"stoppedAt,omitempty"`
+	SilentSeconds float64         `json:"silentSeconds"`
+	Pools         json.RawMessage `json:"pools"`
 }
 
 type breakerView struct {
@@ -127,22 +140,19 @@ type breakerView struct {
 	OpenUntil string `json:"openUntil"`
 }
 
-// monitoring answers the router's pools (when it can be reached) and the
-// circuit breakers open in this process.
+// monitoring answers every router's pools, as the routers last reported
+// them to the database, and the circuit breakers open in this process.
 func (s *Server) monitoring(c *gin.Context) {
-	v := monitoringView{Pools: json.RawMessage("null"), Breakers: []breakerView{}}
-	if s.cfg.Pools == nil {
-		v.PoolsError = "no router is configured for this API"
-	} else {
-		ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
-		pools, err := s.cfg.Pools(ctx)
-		cancel()
-		if err != nil {
-			s.log.Debug("router pools unavailable", "err", err)
-			v.PoolsError = "the router's /monitoring/pools could not be reached"
-		} else {
-			v.Pools = pools
-		}
+	routers, err := s.store.Routers(c.Request.Context())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := monitoringView{Routers: make([]routerView, len(routers)), Breakers: []breakerView{}}
+	for i, r := range routers {
+		v.Routers[i] = routerView{ID: r.ID, Host: r.Host, Version: r.Version, State: r.State(),
+			StartedAt: fmtTime(r.StartedAt), ReportedAt: fmtTime(r.ReportedAt), StoppedAt: fmtTimePtr(r.StoppedAt),
+			SilentSeconds: max(r.Silence.Seconds(), 0), Pools: r.Pools}
 	}
 	if s.cfg.Breakers != nil {
 		for _, b := range s.cfg.Breakers() {

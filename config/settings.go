@@ -44,8 +44,8 @@ var (
 var Settings = []Setting{
 	{Name: "DATABASE_URL", Range: "a PostgreSQL URL or key=value string",
 		Doc:     "Each connection runs `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off` when it opens, unless the URL names either setting (then neither is set: `…&plan_cache_mode=auto` keeps PostgreSQL's defaults) or a `default_query_exec_mode` other than pgx's `cache_statement`. Behind PgBouncer in transaction mode, name `exec` or `simple_protocol`. See [the decision](decisions/plans-made-once.md).",
-		Default: DefaultDatabaseURL, Commands: []string{"api", "migrate", "rekey"}, Secret: true,
-		Help: "PostgreSQL connection URL (pool size: the pools' concurrency + 10, max 64, unless pool_max_conns is set)"},
+		Default: DefaultDatabaseURL, Commands: []string{"api", "router", "migrate", "rekey"}, Secret: true,
+		Help: "PostgreSQL connection URL (pool size: the pools' concurrency + 10, max 64, unless pool_max_conns is set; a router alone opens 2 connections, to report its pools for the console, and delivers without the database)"},
 	{Name: "DISPATCH_HTTP_ADDR", Range: "host:port", Default: DefaultHTTPAddr + " (" + InsecureHTTPAddr + " with DISPATCH_INSECURE=true)", Commands: apiOnly,
 		Help: "API listener address", derived: func(c Config) string { return c.HTTPAddr }},
 	{Name: "DISPATCH_ROUTER_ADDR", Range: "host:port", Default: DefaultRouterAddr + " (" + InsecureRouterAddr + " with DISPATCH_INSECURE=true)", Commands: apiAndRouter,
@@ -83,12 +83,12 @@ var Settings = []Setting{
 	{Name: "DISPATCH_ROUTER_CONFIG", Range: "a readable YAML or JSON file", Commands: apiAndRouter,
 		Doc: "Seed 002's shape: `{\"queues\": [{\"queueUri\" or \"queueName\", \"connections\", \"visibilityTimeout\"}], \"processingPools\": [{\"code\", \"concurrency\", \"rateLimitPerMinute\"}]}`; " +
 			"`visibilityTimeout` in seconds (or a duration such as `300s`). Its queues replace DISPATCH_QUEUES and DISPATCH_QUEUE_URL/NAME, its pools DISPATCH_POOLS.",
-		Help: "YAML/JSON file with queues and processingPools (seed 002's router configuration)"},
+		Help: "YAML/JSON file with queues and processingPools (seed 002's router configuration); SIGHUP or POST /monitoring/reload reads its pools again"},
 
 	{Name: "DISPATCH_API_TOKENS", Range: "comma-separated, 16+ characters each", Commands: apiOnly, Secret: true,
 		Help: "bearer tokens for /api/dispatch/*, comma-separated, 16+ characters each"},
-	{Name: "DISPATCH_ADMIN_TOKEN", Range: "16+ characters", Commands: apiOnly, Secret: true,
-		Help: "bearer token for /api/admin/* and the console's sign-in"},
+	{Name: "DISPATCH_ADMIN_TOKEN", Range: "16+ characters", Commands: apiAndRouter, Secret: true,
+		Help: "bearer token for /api/admin/* and the console's sign-in, and for the router's changes (PUT /monitoring/pools/{code}, POST /monitoring/reload)"},
 	{Name: "DISPATCH_INTERNAL_TOKEN", Range: "16+ characters", Commands: apiAndRouter, Secret: true,
 		Help: "bearer token the router sends to the processing endpoint"},
 	{Name: "DISPATCH_ENCRYPTION_KEY", Range: "32 bytes in standard base64", Commands: []string{"api", "rekey"}, Secret: true,

@@ -26,7 +26,7 @@ func TestHelpOnEverySubcommand(t *testing.T) {
 	}
 	cases := map[string]want{
 		"api":     {has: []string{"DATABASE_URL", "--http-addr", "DISPATCH_API_TOKENS", "AWS_ENDPOINT_URL_SQS"}, hasNot: []string{"DISPATCH_RECEIVE_WAIT"}},
-		"router":  {has: []string{"DISPATCH_PROCESS_URL", "--receive-wait", "DISPATCH_INTERNAL_TOKEN"}, hasNot: []string{"DATABASE_URL", "DISPATCH_API_TOKENS"}},
+		"router":  {has: []string{"DISPATCH_PROCESS_URL", "--receive-wait", "DISPATCH_INTERNAL_TOKEN", "DATABASE_URL"}, hasNot: []string{"DISPATCH_API_TOKENS", "DISPATCH_RETENTION"}},
 		"all":     {has: []string{"DATABASE_URL", "DISPATCH_PROCESS_URL", "DISPATCH_API_TOKENS"}},
 		"migrate": {has: []string{"DATABASE_URL", "--database-url"}, hasNot: []string{"DISPATCH_PROCESS_URL"}},
 		"rekey":   {has: []string{"DISPATCH_ENCRYPTION_KEY", "DISPATCH_ENCRYPTION_KEY_PREVIOUS", "DATABASE_URL"}},
@@ -223,7 +223,7 @@ func TestConfigPrintsTheSettingsInEffectWithSecretsMasked(t *testing.T) {
 	if err := run(context.Background(), []string{"config", "router"}, env, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(stdout.String(), "DATABASE_URL") || !strings.Contains(stdout.String(), "DISPATCH_RECEIVE_WAIT=") {
+	if strings.Contains(stdout.String(), "DISPATCH_API_TOKENS") || !strings.Contains(stdout.String(), "DISPATCH_RECEIVE_WAIT=") {
 		t.Errorf("dispatch config router:\n%s", stdout.String())
 	}
 }

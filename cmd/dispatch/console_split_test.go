@@ -52,9 +52,10 @@ func hangingReceiver(t *testing.T) *httptest.Server {
 }
 
 // TestConsoleOverviewInSplitMode looks at the Overview as an operator on
-// call would, with the API and the router in separate processes and
+// call would, with the API and two routers in separate processes and
 // delivery falling behind: a job whose receiver does not answer holds its
-// group, so the next job of the group waits, due, and the backlog says so.
+// group, so the next job of the group waits, due, and the backlog says so;
+// both routers' pools show, and a router that stops says so.
 func TestConsoleOverviewInSplitMode(t *testing.T) {
 	sqstest.SetEnv()
 	dbURL := storetest.NewDatabase(t)
@@ -68,6 +69,9 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	held := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/hang",
 		"payload": `{"n":1}`, "groupId": "customer-1"})
 	in.waitStatus(held.ID, 30*time.Second, "IN_PROGRESS")
+	// A second router, started once the first holds the hanging delivery:
+	// stopping it below waits for nothing.
+	second := startWith(t, "router", dbURL, q, slow)
 	waiting := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok",
 		"payload": `{"n":2}`, "groupId": "customer-1"})
 	done := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok", "payload": `{"n":3}`})
@@ -97,7 +101,23 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 			t.Errorf("%s reads %q, want a latency such as <1 ms or 1.5 ms", sel, got)
 		}
 	}
+	// Both routers' pools, as each reported them to the database: neither
+	// process is reachable from the API.
+	b.waitFor("two routers with their pools", `document.querySelectorAll('#pools .router [data-pool="DISPATCH-POOL"]').length === 2 &&
+		[...document.querySelectorAll('#pools .router .chip')].filter((c) => c.textContent === 'UP').length === 2`)
 	b.shot("20-overview-split-backlog")
+	// A router that stops says so in its last report.
+	if err := second.stop(); err != nil {
+		t.Fatalf("the second router: %v", err)
+	}
+	b.visit("#/jobs")
+	b.visit("#/overview")
+	b.waitFor("one router up, one stopped", `document.querySelectorAll('#pools .router [data-pool]').length === 1 &&
+		document.querySelector('#pools .router-down') && document.querySelector('#pools .router-down').textContent.includes('STOPPED')`)
+	// The Overview refreshes by itself (every 15 s): the router that holds
+	// the hanging delivery has reported it in flight since.
+	b.waitFor("the held delivery in flight", `document.querySelector('#pools .router [data-pool]').textContent.includes('1 / 20')`)
+	b.shot("20b-overview-router-stopped")
 	b.do("follow the pending count", chromedp.Click(chromedp.ID("backlog-pending")))
 	b.waitFor("the pending job", `location.hash === '#/jobs?status=PENDING' && (() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
 		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(waiting.ID)+` })()`)

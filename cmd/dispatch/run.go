@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -306,7 +308,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	defer stopStartup()
 
 	var st *store.Store
-	if withAPI { // the router alone never touches the database
+	if withAPI { // the router alone only reports to the database (routerReporter)
 		pool, s, err := a.openStore(ctx)
 		if err != nil {
 			return err
@@ -366,7 +368,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	// In `all`, the router hands pointers to the processor in process unless
 	// DISPATCH_PROCESS_URL names an endpoint explicitly.
 	var local *mediator.Local
-	var inProcess atomic.Pointer[router.Router] // the router of `dispatch all`, for the console
+	// What jobs may name; a reload of the router configuration changes
+	// its pools, and so does a change of the router's in `all`.
+	routing := a.routing()
+	var reloadRouter func() error // the router's reload (nil: no router here)
 	if withAPI {
 		ln := apiSock.phase(true)
 		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
@@ -404,11 +409,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		server := api.New(st, processor, publisher, api.Config{
 			APITokens: a.cfg.APITokens, AdminToken: a.cfg.AdminToken, InternalToken: a.cfg.InternalToken,
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
-			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets, Routing: a.routing()},
+			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets, Routing: routing},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
-			Verifier: mediator.NewVerifier(st, sender, a.log),
-			Pools:    a.routerPools(withRouter, &inProcess), Breakers: openBreakers(breakers),
+			Verifier:   mediator.NewVerifier(st, sender, a.log),
+			Breakers:   openBreakers(breakers),
 			QueueDepth: queueDepth(q),
 			PublicURL:  a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
 			Tracer: tracer,
@@ -440,11 +445,31 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Sources: sources, Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			Logger: a.log, Registerer: a.reg, Tracer: tracer,
+			AdminToken: a.cfg.AdminToken, Reload: a.reloadPools,
+			PoolsChanged: func(pcs []router.PoolConfig) {
+				codes := make([]string, len(pcs))
+				for i, pc := range pcs {
+					codes[i] = pc.Code
+				}
+				routing.SetPools(codes)
+			},
 		})
 		if err != nil {
 			return err
 		}
-		inProcess.Store(rt)
+		reloadRouter = rt.Reload
+		// The router reports its pools to the database every few seconds,
+		// where the API reads every router's (the console's Overview); its
+		// last report, once it has stopped, says so.
+		reporter, closeReporter, err := a.routerReporter(ctx, st)
+		if err != nil {
+			return err
+		}
+		defer closeReporter()
+		reportsCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopReports()
+		host, _ := os.Hostname()
+		g.Go(func() error { return rt.RunReports(reportsCtx, reporter, router.NewReportID(host), host, version) })
 		routerHTTP := routerSock.phase(true)
 		fmt.Fprintf(a.stdout, "router listening on %s\n", routerHTTP.Addr())
 		// The router stops on the signal, or when anything else in the
@@ -456,6 +481,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		g.Go(func() error {
 			defer close(routerDone)
 			defer stopAPI()
+			defer stopReports()
 			return rt.Run(routerCtx)
 		})
 		// Bounded like the API's listener: slow or idle clients are cut
@@ -481,6 +507,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return nil
 		})
 	}
+	// SIGHUP reads the router configuration file again.
+	g.Go(func() error { a.onHangup(gctx, reloadRouter, routing); return nil })
 	err = g.Wait()
 	a.log.Info("stopped")
 	return err
@@ -523,6 +551,62 @@ func (a *app) routing() *dispatch.Routing {
 	return dispatch.NewRouting(queues, pools)
 }
 
+// reloadPools reads the pools of the router configuration file again (the
+// router's Reload). Queues changed in the file are only reported: they take
+// effect at the next start.
+func (a *app) reloadPools() ([]router.PoolConfig, error) {
+	path := a.getenv("DISPATCH_ROUTER_CONFIG")
+	if path == "" {
+		return nil, errors.New("nothing to reload: the pools come from DISPATCH_POOLS, not from a DISPATCH_ROUTER_CONFIG file")
+	}
+	pools, queues, err := config.ReadRouterFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if queues != nil && !slices.Equal(queues, a.cfg.Queues) {
+		a.log.Warn("the file's queues differ from those in use; queue changes take effect at the next start", "file", path)
+	}
+	out := make([]router.PoolConfig, len(pools))
+	for i, p := range pools {
+		out[i] = router.PoolConfig{Code: p.Code, Concurrency: p.Concurrency, RatePerMinute: p.RateLimitPerMinute}
+	}
+	return out, nil
+}
+
+// onHangup reloads the router configuration's pools on each SIGHUP until
+// ctx ends: the router's change in place (reloadRouter, which also tells
+// routing), or, in an API alone, the pools jobs may name.
+func (a *app) onHangup(ctx context.Context, reloadRouter func() error, routing *dispatch.Routing) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		a.log.Info("SIGHUP: reading the router configuration's pools again")
+		err := error(nil)
+		if reloadRouter != nil {
+			err = reloadRouter()
+		} else {
+			var pcs []router.PoolConfig
+			if pcs, err = a.reloadPools(); err == nil {
+				codes := make([]string, len(pcs))
+				for i, pc := range pcs {
+					codes[i] = pc.Code
+				}
+				routing.SetPools(codes)
+				a.log.Info("the pools jobs may name changed", "pools", strings.Join(codes, ","))
+			}
+		}
+		if err != nil {
+			a.log.Error("reload failed; the pools are as they were", "err", err)
+		}
+	}
+}
+
 // totalDepth reads every queue's depth and adds them up: the queue gauges
 // count what waits on all of them (/monitoring/queues has each).
 func totalDepth(queues []*router.Queue) func(context.Context) (router.Depth, error) {
@@ -550,43 +634,29 @@ func loopbackAddr(addr net.Addr) string {
 	return addr.String()
 }
 
-// routerPools is how the console sees the router's pools: in process for
-// `dispatch all`, else from the router's /monitoring/pools on this host's
-// DISPATCH_ROUTER_ADDR port (an error when it does not answer).
-func (a *app) routerPools(withRouter bool, inProcess *atomic.Pointer[router.Router]) func(context.Context) (json.RawMessage, error) {
-	if withRouter {
-		return func(context.Context) (json.RawMessage, error) {
-			rt := inProcess.Load()
-			if rt == nil {
-				return nil, errors.New("the router has not started")
-			}
-			return json.Marshal(rt.Stats())
-		}
+// routerReporter is where the router reports its pools: the API's store
+// in `all`; for the router alone, a store of its own on DATABASE_URL (a
+// small pool, never migrated nor waited for: the router delivers without
+// the database, and a report that fails is tried again at the next tick).
+func (a *app) routerReporter(ctx context.Context, st *store.Store) (router.Reporter, func(), error) {
+	if st != nil {
+		return st, func() {}, nil
 	}
-	_, port, err := net.SplitHostPort(a.cfg.RouterAddr)
+	pool, err := store.Connect(ctx, a.cfg.DatabaseURL, 2)
 	if err != nil {
-		return nil
+		return nil, nil, err
 	}
-	url := "http://" + net.JoinHostPort("127.0.0.1", port) + "/monitoring/pools"
-	return func(ctx context.Context) (json.RawMessage, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("router answered %s", resp.Status)
-		}
-		var doc json.RawMessage
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
-			return nil, err
-		}
-		return doc, nil
+	sealer, err := store.NewSealer(nil, nil) // reports hold no secret
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
 	}
+	reports, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return reports, pool.Close, nil
 }
 
 // queueDepth reads q's message counts for the console's backlog.

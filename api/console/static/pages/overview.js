@@ -1,5 +1,5 @@
 import uPlot from '../vendor/uplot/uPlot.esm.js';
-import { h, clear, errorBox, empty, ms, fmtTime, duration } from '../dom.js';
+import { h, clear, errorBox, empty, ms, fmtTime, duration, statusChip } from '../dom.js';
 import * as api from '../api.js';
 
 const outcomes = [
@@ -97,18 +97,37 @@ export function overviewPage(main) {
   return () => { stopped = true; clearInterval(timer); plots.forEach((p) => p.destroy()); };
 }
 
+// poolsCard shows every router's pools, as the routers last reported them
+// to the database: the running ones with their pools, then those that
+// stopped or went silent, one line each.
 function poolsCard(mon) {
-  const title = h('h3', {}, 'Pools');
-  if (!mon.pools) return h('div', { class: 'card', id: 'pools' }, title, empty('Router not reachable', mon.poolsError || ''));
-  if (!mon.pools.length) return h('div', { class: 'card', id: 'pools' }, title, empty('No pools'));
+  const title = h('h3', {}, 'Routers and pools');
+  if (!mon.routers.length) {
+    return h('div', { class: 'card', id: 'pools' }, title, empty('No router has reported',
+      'Each router (dispatch router or dispatch all) reports its pools to the database every 5 s; a router needs DATABASE_URL for that.'));
+  }
+  const up = mon.routers.filter((r) => r.state === 'UP');
+  const down = mon.routers.filter((r) => r.state !== 'UP');
   return h('div', { class: 'card', id: 'pools' }, title,
-    h('table', { class: 'table' },
-      h('thead', {}, h('tr', {}, ['Pool', 'In flight', 'Buffered', 'Succeeded', 'Retried', 'Failed', 'Avg'].map((c) => h('th', {}, c)))),
-      h('tbody', {}, mon.pools.map((p) => h('tr', {},
-        h('td', {}, h('code', {}, p.code)),
-        h('td', {}, h('div', { class: 'meter' }, h('progress', { max: p.concurrency, value: p.inFlight }), ` ${p.inFlight} / ${p.concurrency}`)),
-        h('td', {}, p.buffered), h('td', {}, p.succeeded.toLocaleString()), h('td', {}, p.retried.toLocaleString()),
-        h('td', {}, p.failed.toLocaleString()), h('td', { class: 'nowrap' }, ms(p.avgMediationMillis)))))));
+    up.map((r) => h('div', { class: 'router', dataset: { router: r.id } },
+      h('div', { class: 'router-head' }, h('strong', { class: 'router-host' }, r.host), ' ', statusChip(r.state),
+        h('span', { class: 'muted small' }, ` ${r.id} · ${r.version} · up ${duration(Math.max(0, (Date.parse(r.reportedAt) - Date.parse(r.startedAt)) / 1000 + r.silentSeconds))} · reported ${duration(r.silentSeconds)} ago`)),
+      poolsTable(r.pools))),
+    down.length ? h('div', { class: 'routers-down' }, down.map((r) => h('div', { class: 'router router-down small', dataset: { router: r.id } },
+      statusChip(r.state), ' ', h('strong', {}, r.host), h('span', { class: 'muted' }, ` ${r.id} · `,
+        r.state === 'STOPPED' ? `stopped ${fmtTime(r.stoppedAt)}` : `silent for ${duration(r.silentSeconds)}, last heard ${fmtTime(r.reportedAt)}`)))) : null);
+}
+
+function poolsTable(pools) {
+  if (!pools.length) return empty('No pools');
+  return h('table', { class: 'table' },
+    h('thead', {}, h('tr', {}, ['Pool', 'In flight', 'Buffered', 'Succeeded', 'Retried', 'Failed', 'Avg'].map((c) => h('th', {}, c)))),
+    h('tbody', {}, pools.map((p) => h('tr', { dataset: { pool: p.code } },
+      h('td', {}, h('code', {}, p.code)),
+      h('td', {}, h('div', { class: 'meter' }, h('progress', { max: p.concurrency, value: p.inFlight }), ` ${p.inFlight} / ${p.concurrency}`)),
+      h('td', {}, p.buffered), h('td', {}, p.succeeded.toLocaleString()), h('td', {}, p.retried.toLocaleString()),
+      h('td', {}, p.failed.toLocaleString()),
+      h('td', { class: 'nowrap' }, p.succeeded + p.retried + p.failed ? ms(p.avgMediationMillis) : '—')))));
 }
 
 // backlogCard: how far delivery is behind, each number linking to its jobs.
