@@ -42,6 +42,13 @@ func (r *Routing) Set(queues []RouteQueue, pools []string) {
 	r.mu.Unlock()
 }
 
+// SetPools replaces the pools (a configuration reload), keeping the queues.
+func (r *Routing) SetPools(pools []string) {
+	r.mu.Lock()
+	r.pools = slices.Clone(pools)
+	r.mu.Unlock()
+}
+
 // Queue returns the key of the configured queue that named (a job's
 // queueUrl) names: the queue's key itself, its name, or, for a queue
 // configured by name, a URL ending in /name. A URL configured as is must be

@@ -526,9 +526,10 @@ func (s *seconds) UnmarshalYAML(node *yaml.Node) error {
 	return nil
 }
 
-// ReadRouterFile reads the pools of the router configuration file at path
-// (a configuration reload): what Load reads, checked as Load checks it.
-func ReadRouterFile(path string) ([]Pool, error) {
+// ReadRouterFile reads the router configuration file at path again (a
+// reload): its pools, and its queues (nil when it lists none), read and
+// checked as Load reads and checks them.
+func ReadRouterFile(path string) ([]Pool, []Queue, error) {
 	r := reader{getenv: func(name string) string {
 		if name == "DISPATCH_ROUTER_CONFIG" {
 			return path
@@ -540,10 +541,14 @@ func ReadRouterFile(path string) ([]Pool, error) {
 		r.fail("DISPATCH_ROUTER_CONFIG", "defines no processingPools")
 	}
 	pools := r.pools(file)
-	if err := errors.Join(r.errs...); err != nil {
-		return nil, fmt.Errorf("invalid router configuration:\n%w", err)
+	var queues []Queue
+	if file != nil && len(file.Queues) > 0 {
+		queues = r.queues(file, Config{})
 	}
-	return pools, nil
+	if err := errors.Join(r.errs...); err != nil {
+		return nil, nil, fmt.Errorf("invalid router configuration:\n%w", err)
+	}
+	return pools, queues, nil
 }
 
 func (r *reader) routerFile() *routerFile {

@@ -2,12 +2,17 @@ package router
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/dispatchhq/dispatch"
 )
 
 type metrics struct {
@@ -28,27 +33,52 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",
 		}),
 	}
-	for _, p := range r.order {
-		labels := prometheus.Labels{"pool": p.code}
-		f.NewCounterFunc(prometheus.CounterOpts{Name: "dispatch_router_mediations_succeeded_total", Help: "Mediations answered done.", ConstLabels: labels},
-			func() float64 { return float64(p.succeeded.Load()) })
-		f.NewCounterFunc(prometheus.CounterOpts{Name: "dispatch_router_mediations_retried_total", Help: "Mediations answered retry-after.", ConstLabels: labels},
-			func() float64 { return float64(p.retried.Load()) })
-		f.NewCounterFunc(prometheus.CounterOpts{Name: "dispatch_router_mediations_failed_total", Help: "Mediations that got no usable answer.", ConstLabels: labels},
-			func() float64 { return float64(p.failed.Load()) })
-		f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_router_in_flight", Help: "Mediations in flight.", ConstLabels: labels},
-			func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(p.inFlight) })
-		f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_router_buffered", Help: "Messages received and waiting for a slot.", ConstLabels: labels},
-			func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(p.buffered) })
-		f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dispatch_router_concurrency", Help: "Mediations the pool may run at once (in flight / concurrency is its saturation).", ConstLabels: labels},
-			func() float64 { return float64(p.concurrency) })
-	}
+	reg.MustRegister(poolCollector{r})
 	return m
 }
 
+// poolCollector reports every pool's counters and gauges at each scrape,
+// the pools as they are then (they change without a restart).
+type poolCollector struct{ r *Router }
+
+var (
+	poolSucceeded = prometheus.NewDesc("dispatch_router_mediations_succeeded_total", "Mediations answered done.", []string{"pool"}, nil)
+	poolRetried   = prometheus.NewDesc("dispatch_router_mediations_retried_total", "Mediations answered retry-after.", []string{"pool"}, nil)
+	poolFailed    = prometheus.NewDesc("dispatch_router_mediations_failed_total", "Mediations that got no usable answer.", []string{"pool"}, nil)
+	poolInFlight  = prometheus.NewDesc("dispatch_router_in_flight", "Mediations in flight.", []string{"pool"}, nil)
+	poolBuffered  = prometheus.NewDesc("dispatch_router_buffered", "Messages received and waiting for a slot.", []string{"pool"}, nil)
+	poolConc      = prometheus.NewDesc("dispatch_router_concurrency", "Mediations the pool may run at once (in flight / concurrency is its saturation).", []string{"pool"}, nil)
+)
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolSucceeded, poolRetried, poolFailed, poolInFlight, poolBuffered, poolConc} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.r.Stats() {
+		for _, m := range []struct {
+			d *prometheus.Desc
+			t prometheus.ValueType
+			v float64
+		}{
+			{poolSucceeded, prometheus.CounterValue, float64(s.Succeeded)},
+			{poolRetried, prometheus.CounterValue, float64(s.Retried)},
+			{poolFailed, prometheus.CounterValue, float64(s.Failed)},
+			{poolInFlight, prometheus.GaugeValue, float64(s.InFlight)},
+			{poolBuffered, prometheus.GaugeValue, float64(s.Buffered)},
+			{poolConc, prometheus.GaugeValue, float64(s.Concurrency)},
+		} {
+			ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, s.Code)
+		}
+	}
+}
+
 // Handler serves the router's own listener: /health/live, /health/ready,
-// /monitoring/pools, /monitoring/queues; metrics is mounted at /metrics
-// when not nil.
+// /monitoring/pools, /monitoring/queues, and, with the admin token, PUT
+// /monitoring/pools/{code} and POST /monitoring/reload; metrics is mounted
+// at /metrics when not nil.
 func (r *Router) Handler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
@@ -71,10 +101,74 @@ func (r *Router) Handler(metrics http.Handler) http.Handler {
 		defer cancel()
 		writeJSON(w, http.StatusOK, r.Queues(ctx))
 	})
+	mux.HandleFunc("PUT /monitoring/pools/{code}", r.admin(r.putPool))
+	mux.HandleFunc("POST /monitoring/reload", r.admin(func(w http.ResponseWriter, _ *http.Request) {
+		if err := r.Reload(); err != nil {
+			writeError(w, http.StatusBadRequest, dispatch.EInvalid, "the pools were not changed: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, r.Stats())
+	}))
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
 	return mux
+}
+
+// admin lets a request through when it carries the admin token (any
+// request when none is configured: local use without tokens).
+func (r *Router) admin(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if r.cfg.AdminToken != "" {
+			token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(r.cfg.AdminToken)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch router"`)
+				writeError(w, http.StatusUnauthorized, dispatch.EUnauthorized, "the admin token (DISPATCH_ADMIN_TOKEN) is required")
+				return
+			}
+		}
+		next(w, req)
+	}
+}
+
+// putPool sets a pool's concurrency and rate limit, or adds the pool:
+// {"concurrency": n, "rateLimitPerMinute": m}. An existing pool keeps what
+// the body leaves out; a new one needs its concurrency.
+func (r *Router) putPool(w http.ResponseWriter, req *http.Request) {
+	code := req.PathValue("code")
+	var body struct {
+		Concurrency   *int `json:"concurrency"`
+		RatePerMinute *int `json:"rateLimitPerMinute"`
+	}
+	dec := json.NewDecoder(io.LimitReader(req.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, dispatch.EInvalid, "the body must be {\"concurrency\": n, \"rateLimitPerMinute\": m}: "+err.Error())
+		return
+	}
+	pc := PoolConfig{Code: code}
+	for _, cur := range r.PoolConfigs() {
+		if cur.Code == code {
+			pc = cur
+		}
+	}
+	if body.Concurrency != nil {
+		pc.Concurrency = *body.Concurrency
+	}
+	if body.RatePerMinute != nil {
+		pc.RatePerMinute = *body.RatePerMinute
+	}
+	st, err := r.SetPool(pc)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, dispatch.EInvalid, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// writeError answers with the API's error shape.
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -70,6 +70,15 @@ type Config struct {
 	// Tracer records each received message's span in the trace its
 	// attributes carry (nil: tracing off).
 	Tracer *tracing.Tracer
+	// AdminToken is the bearer token of the listener's changes (PUT
+	// /monitoring/pools/{code}, POST /monitoring/reload, a breaker's
+	// reset); "": they are open (local use without tokens).
+	AdminToken string
+	// Reload reads the pools of the configuration again, for SetPools
+	// (nil: nothing to reload from).
+	Reload func() ([]PoolConfig, error)
+	// PoolsChanged is told the pools after each change (nil: nobody).
+	PoolsChanged func([]PoolConfig)
 }
 
 // Router moves messages from queues into pools.
@@ -84,15 +93,19 @@ type Router struct {
 	maxHeld int
 	metrics *metrics
 
-	mu       sync.Mutex
-	held     map[heldKey]*message // buffered and in flight
-	groups   map[string]int       // held messages per group
-	holds    map[string]hold      // groups waiting for a failed message to come back
-	warned   map[string]bool      // unknown pool codes already logged
-	stopping bool
-	reserved int           // messages asked for by receives under way
-	loops    int           // receive loops, of all queues
-	space    chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
+	mu        sync.Mutex
+	running   bool                 // Run has started the workers
+	workCtx   context.Context      // the workers' context (Run's)
+	workers   sync.WaitGroup       // every worker of every pool
+	held      map[heldKey]*message // buffered and in flight
+	groups    map[string]int       // held messages per group
+	groupPool map[string]*Pool     // the pool holding a group's messages
+	holds     map[string]hold      // groups waiting for a failed message to come back
+	warned    map[string]bool      // unknown pool codes already logged
+	stopping  bool
+	reserved  int           // messages asked for by receives under way
+	loops     int           // receive loops, of all queues
+	space     chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
 }
 
 // heldKey names a held message: its queue and its SQS MessageId (stable
@@ -195,7 +208,8 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
-		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, holds: map[string]hold{}, warned: map[string]bool{},
+		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, groupPool: map[string]*Pool{},
+		holds: map[string]hold{}, warned: map[string]bool{},
 	}
 	for _, sc := range srcs {
 		if sc.Connections <= 0 {
@@ -204,17 +218,15 @@ func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
 		r.sources = append(r.sources, &source{Source: sc, name: sc.Queue.Name(), deleter: newDeleter(sc.Queue, r.log)})
 		r.loops += sc.Connections
 	}
+	if err := checkPools(cfg.Pools); err != nil {
+		return nil, err
+	}
 	for _, pc := range cfg.Pools {
 		p := newPool(pc, &r.mu)
 		r.pools[pc.Code] = p
 		r.order = append(r.order, p)
-		r.maxHeld += pc.Concurrency
 	}
-	r.maxHeld += cfg.Buffer
-	r.def = r.pools[cfg.DefaultPool]
-	if r.def == nil {
-		r.def = r.order[0]
-	}
+	r.sizeRoom()
 	r.metrics = newMetrics(cfg.Registerer, r)
 	return r, nil
 }
@@ -228,16 +240,14 @@ func (r *Router) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	var workers, helpers, receivers sync.WaitGroup
+	var helpers, receivers sync.WaitGroup
+	r.mu.Lock()
+	r.running, r.workCtx = true, workCtx
 	for _, p := range r.order {
-		for range p.concurrency {
-			workers.Add(1)
-			go func() {
-				defer workers.Done()
-				r.work(workCtx, p)
-			}()
-		}
+		r.startWorkers(p)
 	}
+	npools := len(r.order)
+	r.mu.Unlock()
 	// The helpers (deletes, heartbeats) outlive the receives: in-flight
 	// mediations still finish after the stop.
 	helperCtx, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
@@ -253,7 +263,7 @@ func (r *Router) Run(ctx context.Context) error {
 	deadline := make(chan time.Time, 1)
 	stopWatch := context.AfterFunc(ctx, func() { deadline <- time.Now().Add(r.cfg.ShutdownTimeout) })
 	defer stopWatch()
-	r.log.Info("router started", "pools", len(r.order), "queues", len(r.sources))
+	r.log.Info("router started", "pools", npools, "queues", len(r.sources))
 	// The receives return at once: their long polls are cancelled with
 	// ctx, so a stop does not wait out a 20 s poll. (The SQS stand-in takes
 	// nothing for a poll whose client has gone; real SQS may still hand
@@ -277,7 +287,7 @@ func (r *Router) Run(ctx context.Context) error {
 
 	// Phase 2: let in-flight work finish until the deadline, then cancel it.
 	done := make(chan struct{})
-	go func() { workers.Wait(); close(done) }()
+	go func() { r.workers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(time.Until(<-deadline)):
@@ -447,7 +457,20 @@ func (r *Router) accept(s *source, qm Message) *message {
 		r.metrics.duplicates.Inc()
 		return nil
 	}
-	p := r.pools[ptr.PoolCode]
+	group := ptr.MessageGroupID
+	if group == "" {
+		group = qm.GroupID
+	}
+	if group == "" {
+		group = ptr.ID
+	}
+	// A group lives in one pool at a time: while the router holds any of
+	// its messages, the next joins them there (its pool may have changed or
+	// been removed since), so the group stays one at a time, in order.
+	p := r.groupPool[group]
+	if p == nil {
+		p = r.pools[ptr.PoolCode]
+	}
 	if p == nil {
 		if !r.warned[ptr.PoolCode] {
 			r.warned[ptr.PoolCode] = true
@@ -455,13 +478,6 @@ func (r *Router) accept(s *source, qm Message) *message {
 				"pool", ptr.PoolCode, "default_pool", r.def.code)
 		}
 		p = r.def
-	}
-	group := ptr.MessageGroupID
-	if group == "" {
-		group = qm.GroupID
-	}
-	if group == "" {
-		group = ptr.ID
 	}
 	seq := ptr.Sequence
 	if seq == 0 {
@@ -483,18 +499,37 @@ func (r *Router) accept(s *source, qm Message) *message {
 	return nil
 }
 
+// startWorkers starts the workers p lacks (lock held; none before Run or
+// once stopping).
+func (r *Router) startWorkers(p *Pool) {
+	if !r.running || r.stopping || p.draining {
+		return
+	}
+	for ; p.workers < p.concurrency; p.workers++ {
+		r.workers.Add(1)
+		go func() {
+			defer r.workers.Done()
+			r.work(r.workCtx, p)
+		}()
+	}
+}
+
 func (r *Router) work(ctx context.Context, p *Pool) {
 	for {
 		r.mu.Lock()
 		m := p.next(&r.stopping)
-		r.mu.Unlock()
 		if m == nil {
+			// Stopping, one worker too many (the concurrency went down), or
+			// a removed pool with nothing left to start.
+			p.workers--
+			if p.draining && p.workers == 0 {
+				r.retire(p)
+			}
+			r.mu.Unlock()
 			return
 		}
-		if p.limiter != nil && !p.limiter.Allow() {
-			p.rateLimited.Add(1)
-			_ = p.limiter.Wait(ctx)
-		}
+		r.mu.Unlock()
+		p.waitTurn(ctx)
 		start := time.Now()
 		mctx := ctx
 		if m.traced != nil {
@@ -604,6 +639,7 @@ func (r *Router) changeVisibility(s *source, changes []Visibility, warning strin
 func (r *Router) hold(m *message) {
 	r.held[heldKey{m.src, m.ID}] = m
 	r.groups[m.group]++
+	r.groupPool[m.group] = m.pool
 }
 
 func (r *Router) unhold(m *message) {
@@ -614,6 +650,7 @@ func (r *Router) unhold(m *message) {
 	delete(r.held, k)
 	if r.groups[m.group]--; r.groups[m.group] <= 0 {
 		delete(r.groups, m.group)
+		delete(r.groupPool, m.group)
 	}
 	r.wakeReceivers()
 }
@@ -728,9 +765,15 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // per-group FIFO lanes; at most one message per group is in flight.
 type Pool struct {
 	code        string
-	concurrency int
-	limiter     *rate.Limiter
+	concurrency int  // workers it may run (lock held)
+	workers     int  // workers running (lock held)
+	draining    bool // removed: it finishes what it holds, takes no new group, then goes (lock held)
 	cond        *sync.Cond
+
+	limMu       sync.Mutex
+	ratePerMin  int           // 0: unlimited
+	limiter     *rate.Limiter // nil: unlimited
+	rateChanged chan struct{} // closed when the rate changes, for the workers waiting for a turn
 
 	lanes    map[string][]*message // buffered, per group, in arrival order
 	active   map[string]bool       // groups with a message in flight
@@ -744,11 +787,63 @@ type Pool struct {
 
 func newPool(pc PoolConfig, mu *sync.Mutex) *Pool {
 	p := &Pool{code: pc.Code, concurrency: pc.Concurrency, cond: sync.NewCond(mu),
-		lanes: map[string][]*message{}, active: map[string]bool{}}
-	if pc.RatePerMinute > 0 {
-		p.limiter = rate.NewLimiter(rate.Limit(float64(pc.RatePerMinute)/60), 1)
-	}
+		lanes: map[string][]*message{}, active: map[string]bool{}, rateChanged: make(chan struct{})}
+	p.setRate(pc.RatePerMinute)
 	return p
+}
+
+// setRate replaces the pool's rate limit; workers waiting for a turn under
+// the old one wait again under the new.
+func (p *Pool) setRate(perMinute int) {
+	p.limMu.Lock()
+	defer p.limMu.Unlock()
+	p.ratePerMin, p.limiter = perMinute, nil
+	if perMinute > 0 {
+		p.limiter = rate.NewLimiter(rate.Limit(float64(perMinute)/60), 1)
+	}
+	close(p.rateChanged)
+	p.rateChanged = make(chan struct{})
+}
+
+func (p *Pool) rate() int {
+	p.limMu.Lock()
+	defer p.limMu.Unlock()
+	return p.ratePerMin
+}
+
+// waitTurn waits until the pool's rate limit lets a mediation start (not
+// at all when it has none), or ctx ends.
+func (p *Pool) waitTurn(ctx context.Context) {
+	counted := false
+	for {
+		p.limMu.Lock()
+		lim, changed := p.limiter, p.rateChanged
+		p.limMu.Unlock()
+		if lim == nil {
+			return
+		}
+		res := lim.Reserve()
+		d := res.Delay()
+		if d == 0 {
+			return
+		}
+		if !counted {
+			p.rateLimited.Add(1)
+			counted = true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			return
+		case <-changed:
+			t.Stop()
+			res.Cancel()
+		case <-ctx.Done():
+			t.Stop()
+			res.Cancel()
+			return
+		}
+	}
 }
 
 // add buffers a message in its group's lane, ordered by its place in the
@@ -770,13 +865,20 @@ func (p *Pool) add(m *message) {
 }
 
 // next waits for a message whose group is free and marks it in flight; nil
-// once the router is stopping (lock held).
+// once the router is stopping, when the pool has more workers than its
+// concurrency, or when a removed pool has nothing ready (lock held).
 func (p *Pool) next(stopping *bool) *message {
-	for len(p.ready) == 0 && !*stopping {
+	for {
+		if *stopping || p.workers > p.concurrency && !p.draining {
+			return nil
+		}
+		if len(p.ready) > 0 {
+			break
+		}
+		if p.draining {
+			return nil
+		}
 		p.cond.Wait()
-	}
-	if *stopping {
-		return nil
 	}
 	g := p.ready[0]
 	p.ready = p.ready[1:]
@@ -853,8 +955,11 @@ func (p *Pool) observe(d time.Duration, err error) {
 
 // PoolStats is a pool's state for /monitoring/pools.
 type PoolStats struct {
-	Code               string  `json:"code"`
-	Concurrency        int     `json:"concurrency"`
+	Code        string `json:"code"`
+	Concurrency int    `json:"concurrency"`
+	// Draining: removed from the configuration, it finishes what it holds
+	// and then goes.
+	Draining           bool    `json:"draining,omitempty"`
 	RatePerMinute      int     `json:"rateLimitPerMinute,omitempty"`
 	InFlight           int     `json:"inFlight"`
 	Buffered           int     `json:"buffered"`
@@ -871,11 +976,9 @@ func (r *Router) Stats() []PoolStats {
 	defer r.mu.Unlock()
 	out := make([]PoolStats, 0, len(r.order))
 	for _, p := range r.order {
-		s := PoolStats{Code: p.code, Concurrency: p.concurrency, InFlight: p.inFlight, Buffered: p.buffered,
-			Succeeded: p.succeeded.Load(), Retried: p.retried.Load(), Failed: p.failed.Load(), RateLimited: p.rateLimited.Load()}
-		if p.limiter != nil {
-			s.RatePerMinute = int(float64(p.limiter.Limit()) * 60)
-		}
+		s := PoolStats{Code: p.code, Concurrency: p.concurrency, Draining: p.draining, InFlight: p.inFlight, Buffered: p.buffered,
+			Succeeded: p.succeeded.Load(), Retried: p.retried.Load(), Failed: p.failed.Load(), RateLimited: p.rateLimited.Load(),
+			RatePerMinute: p.rate()}
 		if n := p.mediations.Load(); n > 0 {
 			s.AvgMediationMillis = float64(p.mediationNanos.Load()) / float64(n) / 1e6
 		}

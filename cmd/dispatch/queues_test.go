@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,5 +261,122 @@ func TestSeedJobNamingItsQueueIsDeliveredThroughIt(t *testing.T) {
 	in.waitStatus(ev.Jobs[0].ID, 20*time.Second, "COMPLETED")
 	if n := bySeed.poolSucceeded("DISPATCH-POOL"); n != 1 {
 		t.Errorf("the event's job: the seed queue's router mediated %d in DISPATCH-POOL, want 1", n)
+	}
+}
+
+// routerCall sends a request with the admin token to the router's listener.
+func routerCall(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A pool's concurrency raised under load, with PUT /monitoring/pools/{code},
+// takes effect without a restart, and every job is delivered once.
+func TestPoolConcurrencyChangedUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
+	in := start(t, "all", map[string]string{"DISPATCH_POOLS": "DISPATCH-POOL:1"})
+	rc := newReceiver(t, nil)
+	rc.hold = 100 * time.Millisecond
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = in.createJob(jobBody(rc.URL, nil)).ID
+	}
+	eventually(t, 10*time.Second, func() bool { return rc.count() > 0 }, func() string { return "nothing delivered" })
+	if code, body := routerCall(t, "PUT", in.routerURL+"/monitoring/pools/DISPATCH-POOL", "", `{"concurrency": 5}`); code != http.StatusUnauthorized {
+		t.Errorf("PUT without the admin token: %d %s, want 401", code, body)
+	}
+	if code, body := routerCall(t, "PUT", in.routerURL+"/monitoring/pools/DISPATCH-POOL", adminToken, `{"concurrency": 5}`); code != http.StatusOK {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	for _, id := range ids {
+		in.waitStatus(id, 60*time.Second, "COMPLETED")
+	}
+	rc.mu.Lock()
+	maxOpen := rc.maxOpen
+	rc.mu.Unlock()
+	if maxOpen < 2 || maxOpen > 5 {
+		t.Errorf("at most %d deliveries at once after the concurrency went from 1 to 5, want 2 to 5", maxOpen)
+	}
+	if c := rc.count(); c != n {
+		t.Errorf("the target got %d requests for %d jobs, want each once", c, n)
+	}
+	eventually(t, 10*time.Second, in.queueEmpty, func() string { return "messages left on the queue" })
+}
+
+// SIGHUP, and POST /monitoring/reload, read the router configuration file
+// again: the pools change in place, and the API accepts jobs naming a new
+// one; a broken file changes nothing.
+func TestReloadOfTheRouterConfigurationChangesThePools(t *testing.T) {
+	t.Parallel()
+	sqstest.SetEnv()
+	dbURL, q := storetest.NewDatabase(t), sqstest.New(t, 30*time.Second)
+	path := writeRouterConfig(t, `{"queues": [{"queueUri": "`+q.URL+`"}], "processingPools": [{"code": "DISPATCH-POOL", "concurrency": 2}]}`)
+	write := func(content string) {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := spawn(t, "all", baseEnv(dbURL, q, map[string]string{"DISPATCH_QUEUE_URL": "", "DISPATCH_ROUTER_CONFIG": path}))
+	in := &instance{t: t, apiURL: p.apiURL, routerURL: p.routerURL, queue: q}
+	rc := newReceiver(t, nil)
+	if code := in.do("POST", "/api/dispatch/jobs", apiToken, jobBody(rc.URL, map[string]any{"poolCode": "SLOW"}), nil); code != http.StatusBadRequest {
+		t.Errorf("a job naming a pool not configured yet: %d, want 400", code)
+	}
+	pools := func() map[string]int {
+		var ps []struct {
+			Code        string `json:"code"`
+			Concurrency int    `json:"concurrency"`
+		}
+		in.routerJSON("/monitoring/pools", &ps)
+		out := map[string]int{}
+		for _, x := range ps {
+			out[x.Code] = x.Concurrency
+		}
+		return out
+	}
+
+	write(`{"queues": [{"queueUri": "` + q.URL + `"}], "processingPools": [{"code": "DISPATCH-POOL", "concurrency": 7}, {"code": "SLOW", "concurrency": 1, "rateLimitPerMinute": 30}]}`)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { ps := pools(); return ps["DISPATCH-POOL"] == 7 && ps["SLOW"] == 1 },
+		func() string { return fmt.Sprintf("pools after SIGHUP: %v\n%s", pools(), p.log.String()) })
+	j := in.createJob(jobBody(rc.URL, map[string]any{"poolCode": "SLOW"}))
+	in.waitStatus(j.ID, 20*time.Second, "COMPLETED")
+
+	write(`{"processingPools": [{"code": "DISPATCH-POOL", "concurrency": 0}]}`)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(p.log.String(), "reload failed") },
+		func() string { return "a broken file's reload is not reported" })
+	if code, body := routerCall(t, "POST", in.routerURL+"/monitoring/reload", adminToken, ""); code != http.StatusBadRequest || !strings.Contains(body, "concurrency") {
+		t.Errorf("POST /monitoring/reload of a broken file: %d %s, want 400 saying why", code, body)
+	}
+	if ps := pools(); ps["DISPATCH-POOL"] != 7 || ps["SLOW"] != 1 {
+		t.Errorf("a broken file changed the pools: %v", ps)
+	}
+
+	write(`{"processingPools": [{"code": "DISPATCH-POOL", "concurrency": 3}]}`)
+	if code, body := routerCall(t, "POST", in.routerURL+"/monitoring/reload", adminToken, ""); code != http.StatusOK {
+		t.Fatalf("POST /monitoring/reload: %d %s", code, body)
+	}
+	if ps := pools(); ps["DISPATCH-POOL"] != 3 {
+		t.Errorf("after POST /monitoring/reload: %v", ps)
+	}
+	eventually(t, 10*time.Second, func() bool { _, ok := pools()["SLOW"]; return !ok }, func() string { return "the removed pool did not go" })
+	if code := in.do("POST", "/api/dispatch/jobs", apiToken, jobBody(rc.URL, map[string]any{"poolCode": "SLOW"}), nil); code != http.StatusBadRequest {
+		t.Errorf("a job naming the removed pool: %d, want 400", code)
 	}
 }
