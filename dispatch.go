@@ -133,6 +133,12 @@ type Attempt struct {
 	ResponseCode   int // 0: no response
 	ResponseBody   string
 	ErrorMessage   string
+	// RequestHeaders are the request's headers as sent, with the values
+	// of Authorization and the signature headers redacted; ResponseHeaders
+	// the response's, bounded. Nil when no request was made, or no
+	// response came. Several values of one header are joined with ", ".
+	RequestHeaders  map[string]string
+	ResponseHeaders map[string]string
 }
 
 // Credentials sign and authenticate deliveries. Secrets are plain here; the

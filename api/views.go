@@ -102,6 +102,11 @@ type attemptView struct {
 	DurationMillis int64                  `json:"durationMillis"`
 	AttemptedAt    string                 `json:"attemptedAt"`
 	CompletedAt    string                 `json:"completedAt"`
+	// The headers sent (secrets redacted) and received; absent when no
+	// request was made or no response came, and on attempts recorded
+	// before headers were kept.
+	RequestHeaders  map[string]string `json:"requestHeaders,omitempty"`
+	ResponseHeaders map[string]string `json:"responseHeaders,omitempty"`
 }
 
 func viewAttempt(a dispatch.Attempt) attemptView {
@@ -109,6 +114,7 @@ func viewAttempt(a dispatch.Attempt) attemptView {
 		ID: dispatch.FormatID(a.ID), JobID: dispatch.FormatID(a.JobID), AttemptNumber: a.AttemptNumber,
 		Status: a.Status, ResponseBody: a.ResponseBody, ErrorMessage: a.ErrorMessage,
 		DurationMillis: a.DurationMillis, AttemptedAt: fmtTime(a.AttemptedAt), CompletedAt: fmtTime(a.CompletedAt),
+		RequestHeaders: a.RequestHeaders, ResponseHeaders: a.ResponseHeaders,
 	}
 	if a.ResponseCode != 0 {
 		code := a.ResponseCode

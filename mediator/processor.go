@@ -253,6 +253,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	a := dispatch.Attempt{
 		JobID: j.ID, AttemptNumber: j.AttemptCount, AttemptedAt: d.StartedAt, CompletedAt: d.CompletedAt,
 		Status: d.Status, ResponseCode: d.Code, ResponseBody: d.Body, ErrorMessage: d.Err,
+		RequestHeaders: d.RequestHeaders, ResponseHeaders: d.ResponseHeaders,
 	}
 	t := dispatch.Transition{Status: dispatch.StatusCompleted}
 	var res dispatch.Decision

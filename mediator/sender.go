@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,21 @@ import (
 // maxResponseBody is how much of a response is kept on the attempt.
 const maxResponseBody = 4 << 10
 
+// maxResponseHeaders bounds the response headers kept on the attempt (their
+// names and values); maxHeaderValue each value.
+const (
+	maxResponseHeaders = 4 << 10
+	maxHeaderValue     = 512
+)
+
+// Redacted stands for a secret header value that is never stored.
+const Redacted = "[redacted]"
+
+// secretHeaders are the request headers whose values are secrets or are
+// made with one: the receiver's bearer token and the signatures. Their
+// values are never stored.
+var secretHeaders = []string{"Authorization", webhook.HeaderSignature, webhook.HeaderSignaturePrevious, webhook.HeaderWebhookSignature}
+
 // Delivery is the outcome of one webhook request.
 type Delivery struct {
 	Status      dispatch.AttemptStatus
@@ -35,6 +51,11 @@ type Delivery struct {
 	RetryAfter  time.Duration // from a Retry-After header on 429/503
 	StartedAt   time.Time
 	CompletedAt time.Time
+	// RequestHeaders are the headers sent, secrets redacted (nil: no
+	// request was made); ResponseHeaders the response's, bounded (nil: no
+	// response).
+	RequestHeaders  map[string]string
+	ResponseHeaders map[string]string
 }
 
 // Sender signs and POSTs webhooks.
@@ -137,6 +158,7 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 			return finish()
 		}
 	}
+	d.RequestHeaders = requestHeaders(req, len(payload))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		d.Status, d.Err, d.Retryable = classifyError(err)
@@ -146,6 +168,7 @@ func (s *Sender) Send(ctx context.Context, j *dispatch.Job, creds *dispatch.Cred
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	d.Code, d.Body = resp.StatusCode, cleanText(body)
+	d.ResponseHeaders = responseHeaders(resp.Header)
 	switch c := resp.StatusCode; {
 	case c >= 200 && c < 300:
 		d.Status = dispatch.AttemptSuccess
@@ -228,6 +251,74 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// requestHeaders are the headers of req as it is sent, with Host and
+// Content-Length, and the values of the secret ones redacted.
+func requestHeaders(req *http.Request, length int) map[string]string {
+	out := make(map[string]string, len(req.Header)+2)
+	for k, v := range req.Header {
+		out[k] = cleanHeader(strings.Join(v, ", "))
+	}
+	for _, k := range secretHeaders {
+		if _, ok := out[http.CanonicalHeaderKey(k)]; ok {
+			out[http.CanonicalHeaderKey(k)] = Redacted
+		}
+	}
+	out["Host"] = cleanHeader(req.URL.Host)
+	out["Content-Length"] = strconv.Itoa(length)
+	return out
+}
+
+// responseHeaders keeps a response's headers, by name, as long as their
+// names and values fit in maxResponseHeaders (one that does not is left
+// out, and counted under "…"); each value is cut at maxHeaderValue, and
+// Set-Cookie (a receiver's session) is redacted.
+func responseHeaders(h http.Header) map[string]string {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	out := make(map[string]string, len(names))
+	size, left := 0, 0
+	for _, k := range names {
+		v := cleanHeader(strings.Join(h[k], ", "))
+		if len(v) > maxHeaderValue {
+			v = truncate(v, maxHeaderValue) + "…"
+		}
+		if strings.EqualFold(k, "Set-Cookie") {
+			v = Redacted
+		}
+		k = cleanHeader(k)
+		if size+len(k)+len(v) > maxResponseHeaders {
+			left++
+			continue
+		}
+		size += len(k) + len(v)
+		out[k] = v
+	}
+	if left > 0 {
+		out["…"] = strconv.Itoa(left) + " more not kept"
+	}
+	return out
+}
+
+// cleanHeader makes a header name or value safe to store as JSON text:
+// valid UTF-8, no NUL.
+func cleanHeader(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // cleanText makes a response body safe for a TEXT column: valid UTF-8, no NUL.

@@ -609,7 +609,8 @@ func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attem
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, job_id, attempt_number, attempted_at, completed_at, duration_millis, status,
-			COALESCE(response_code, 0), COALESCE(response_body, ''), COALESCE(error_message, '')
+			COALESCE(response_code, 0), COALESCE(response_body, ''), COALESCE(error_message, ''),
+			request_headers, response_headers
 		FROM dispatch_attempt WHERE job_id = $1 ORDER BY attempt_number`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("store: list attempts: %w", err)
@@ -617,7 +618,8 @@ func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attem
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Attempt, error) {
 		var a dispatch.Attempt
 		err := r.Scan(&a.ID, &a.JobID, &a.AttemptNumber, &a.AttemptedAt, &a.CompletedAt,
-			&a.DurationMillis, &a.Status, &a.ResponseCode, &a.ResponseBody, &a.ErrorMessage)
+			&a.DurationMillis, &a.Status, &a.ResponseCode, &a.ResponseBody, &a.ErrorMessage,
+			&a.RequestHeaders, &a.ResponseHeaders)
 		return a, err
 	})
 }

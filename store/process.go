@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -214,19 +215,22 @@ const finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
-			$13::timestamptz[], $14::timestamptz[])
+			$13::timestamptz[], $14::timestamptz[], $17::text[], $18::text[])
 			AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
 				attempt_status, response_code, response_body, error_message, status, last_error,
-				next_attempt_at, job_completed_at)
+				next_attempt_at, job_completed_at, request_headers, response_headers)
 	), attempt AS (
 		INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
-			duration_millis, status, response_code, response_body, error_message)
+			duration_millis, status, response_code, response_body, error_message,
+			request_headers, response_headers)
 		SELECT attempt_id, job_id, attempt_number, attempted_at, completed_at, duration_millis,
-			attempt_status, response_code, response_body, error_message FROM input
+			attempt_status, response_code, response_body, error_message,
+			request_headers::jsonb, response_headers::jsonb FROM input
 		ON CONFLICT (job_id, attempt_number) DO UPDATE SET attempted_at = EXCLUDED.attempted_at,
 			completed_at = EXCLUDED.completed_at, duration_millis = EXCLUDED.duration_millis,
 			status = EXCLUDED.status, response_code = EXCLUDED.response_code,
-			response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message
+			response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message,
+			request_headers = EXCLUDED.request_headers, response_headers = EXCLUDED.response_headers
 	)
 	UPDATE dispatch_job j SET status = i.status, last_error = i.last_error,
 		next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),
@@ -238,6 +242,20 @@ const finishManySQL = `
 	WHERE j.id = i.job_id AND j.id BETWEEN $15 AND $16
 		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
 	RETURNING j.id`
+
+// headersJSON is an attempt's headers as the JSON text of a jsonb column
+// (nil: none recorded).
+func headersJSON(h map[string]string) *string {
+	if h == nil {
+		return nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
 
 // qualified prefixes every column of a comma-separated list with alias.
 func qualified(alias, columns string) string {
@@ -371,6 +389,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 		lastErrors, bodies, errMsgs         = make([]*string, n), make([]*string, n), make([]*string, n)
 		nextAts, attemptedAts, completedAts = make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		jobCompletedAts                     = make([]*time.Time, n)
+		reqHeaders, respHeaders             = make([]*string, n), make([]*string, n)
 	)
 	for i, p := range batch {
 		a, o := p.req.a, p.req.o
@@ -391,6 +410,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 			t := a.CompletedAt
 			jobCompletedAts[i] = &t
 		}
+		reqHeaders[i], respHeaders[i] = headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
 	}
 	// The leader's context carries the batch, without its cancellation:
 	// the others are waiting on this statement too.
@@ -398,7 +418,8 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	defer cancel()
 	rows, err := s.pool.Query(ctx, finishManySQL,
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
-		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts, slices.Min(jobIDs), slices.Max(jobIDs))
+		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts, slices.Min(jobIDs), slices.Max(jobIDs),
+		reqHeaders, respHeaders)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func hangingReceiver(t *testing.T) *httptest.Server {
 			http.Error(w, "this endpoint was removed", http.StatusGone)
 			return
 		}
+		w.Header().Set("X-Receipt", "warehouse-7")
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
@@ -161,6 +162,40 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 		t.Errorf("the failing subscription's last success reads %q, want never", got)
 	}
 	b.shot("21-subscriptions-health")
+
+	// A signed job with a bearer token: its attempt shows the headers as
+	// sent and received, and neither the token nor the signature.
+	var cred struct{ ID, SigningSecret string }
+	if code := in.do("POST", "/api/admin/dispatch/credentials", adminToken, map[string]any{"bearerToken": "partner-bearer-9f2c",
+		"allowedTargets": []string{rc.URL}}, &cred); code != http.StatusCreated || cred.SigningSecret == "" {
+		t.Fatalf("create credentials: %d", code)
+	}
+	signed := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok", "payload": `{"n":5}`,
+		"credentialsId": cred.ID, "headers": map[string]string{"X-Tenant": "acme"}})
+	in.waitStatus(signed.ID, 30*time.Second, "COMPLETED")
+	b.visit("#/jobs/" + signed.ID)
+	b.waitFor("the signed job's attempt", `!!document.querySelector('.attempt-headers summary') && document.querySelector('#job-id').textContent === `+quoteJS(signed.ID))
+	b.do("open the attempt's headers", chromedp.Click(chromedp.CSS(".attempt-headers summary")))
+	header := func(side, name string) string {
+		return eval[string](b, `(() => { const r = [...document.querySelectorAll('.`+side+`-headers tr')].find((tr) => tr.querySelector('th').textContent === `+quoteJS(name)+`);
+			return r ? r.querySelector('td').textContent : '(absent)' })()`)
+	}
+	for name, want := range map[string]string{"Authorization": "[redacted]", "X-Flowcatalyst-Signature": "[redacted]", "X-Tenant": "acme",
+		"X-Dispatch-Job-Id": signed.ID, "X-Dispatch-Attempt": "1", "Content-Type": "application/json"} {
+		if got := header("request", name); got != want {
+			t.Errorf("request header %s reads %q, want %q", name, got, want)
+		}
+	}
+	if got := header("request", "X-Flowcatalyst-Timestamp"); !regexp.MustCompile(`^\d{4}-\d\d-\d\dT`).MatchString(got) {
+		t.Errorf("request header X-Flowcatalyst-Timestamp reads %q", got)
+	}
+	if got := header("response", "X-Receipt"); got != "warehouse-7" {
+		t.Errorf("response header X-Receipt reads %q", got)
+	}
+	if page := eval[string](b, `document.body.innerText + document.body.textContent`); strings.Contains(page, "partner-bearer-9f2c") || strings.Contains(page, cred.SigningSecret) {
+		t.Error("the job's page shows the bearer token or the signing secret")
+	}
+	b.shot("22-job-attempt-headers")
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -153,6 +153,7 @@ func consoleReceiver(t *testing.T) *httptest.Server {
 			_, _ = w.Write([]byte(`{"received":true}`))
 		case "/hostile":
 			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("X-Hostile", hostile)
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = w.Write([]byte("rejected: " + hostile))
 		default:
@@ -266,6 +267,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("response body shown as %q, want the markup as text", body)
 	}
 	b.shot("06-job-hostile-response")
+	b.do("open the attempt's headers", chromedp.Click(chromedp.CSS(".attempt-headers summary")))
+	if got := b.text(".response-headers"); !strings.Contains(got, `X-Hostile<script>window.__xss=1</script>`) {
+		t.Errorf("the response headers read %q, want the receiver's markup as text", got)
+	}
 	if n := eval[int](b, `document.querySelectorAll('#main img, #main script').length`); n != 0 {
 		t.Errorf("%d img/script elements in the page: outside data was parsed as markup", n)
 	}

@@ -195,7 +195,28 @@ function timeline(attempts) {
       h('span', { class: 'muted' }, ms(a.durationMillis, true)),
       h('span', { class: 'muted', title: a.attemptedAt }, fmtTime(a.attemptedAt))),
     a.errorMessage ? h('div', { class: 'error-text attempt-error' }, a.errorMessage) : null,
-    a.responseBody ? h('pre', { class: 'code code-sm attempt-body' }, a.responseBody) : null)));
+    a.responseBody ? h('pre', { class: 'code code-sm attempt-body' }, a.responseBody) : null,
+    attemptHeaders(a))));
+}
+
+// attemptHeaders shows the headers an attempt sent (its secrets were
+// redacted before they were stored) and the ones it got back, folded.
+function attemptHeaders(a) {
+  const sent = a.requestHeaders || {};
+  const got = a.responseHeaders || {};
+  const ns = Object.keys(sent).length;
+  const ng = Object.keys(got).length;
+  if (!ns && !ng) return null;
+  const table = (title, hs, cls) => h('div', { class: 'headers-half ' + cls }, h('div', { class: 'headers-title' }, title),
+    Object.keys(hs).length
+      ? h('table', { class: 'table table-kv table-headers' }, h('tbody', {}, Object.keys(hs).sort((x, y) => x.localeCompare(y))
+        .map((k) => h('tr', {}, h('th', {}, k), h('td', { class: hs[k] === '[redacted]' ? 'redacted' : null }, hs[k])))))
+      : h('div', { class: 'muted small' }, 'none'));
+  return h('details', { class: 'attempt-headers' },
+    h('summary', {}, `Headers: ${ns} sent, ${ng} received`),
+    h('div', { class: 'headers-grid' },
+      table('Request (secrets redacted)', sent, 'request-headers'),
+      table('Response', got, 'response-headers')));
 }
 
 export function deadLettersPage(main) {
