@@ -129,7 +129,11 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		delete(described, key)
 	}
 	for key := range described {
-		if key != "POST /api/dispatch/process" { // registered only with a processor
+		_, path, _ := strings.Cut(key, " ")
+		switch {
+		case strings.HasPrefix(path, "/api/dispatch/process"): // registered only with a processor
+		case strings.HasPrefix(path, "/monitoring/"): // the router's listener (its tests check these)
+		default:
 			t.Errorf("the OpenAPI document describes %s, which the server does not serve", key)
 		}
 	}

@@ -81,6 +81,10 @@ type Config struct {
 	Verifier Verifier
 	// Breakers lists the circuit breakers open in this process (nil: none).
 	Breakers func() []OpenBreaker
+	// BreakerStates lists every target host's breaker in this process,
+	// and ResetBreaker closes one (the router's monitoring; nil: none).
+	BreakerStates func() []dispatch.BreakerState
+	ResetBreaker  func(host string) bool
 	// QueueDepth reads the message counts of the queue this API sends
 	// pointers to (nil: not shown).
 	QueueDepth func(context.Context) (QueueDepth, error)
@@ -263,7 +267,10 @@ func (s *Server) routes() *gin.Engine {
 	jobs.GET("/events/:id", s.getEvent)
 
 	if s.processor != nil {
-		e.POST("/api/dispatch/process", s.auth("internal", tokens(s.cfg.InternalToken)), s.limitBody, s.process)
+		internal := s.auth("internal", tokens(s.cfg.InternalToken))
+		e.POST("/api/dispatch/process", internal, s.limitBody, s.process)
+		e.GET("/api/dispatch/process/circuit-breakers", internal, s.circuitBreakers)
+		e.POST("/api/dispatch/process/circuit-breakers/:host/reset", internal, s.resetCircuitBreaker)
 	}
 
 	admin := e.Group("/api/admin/dispatch", s.auth("admin", tokens(s.cfg.AdminToken)))

@@ -2,11 +2,15 @@ package mediator
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/patrickmn/go-cache"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/dispatchhq/dispatch"
 )
 
 // Breakers holds one circuit breaker per target host, so one failing
@@ -23,6 +27,7 @@ type hostBreaker struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	mu       sync.Mutex
 	openedAt time.Time
+	tripped  uint32 // the failures in a row that opened it last
 }
 
 // NewBreakers opens a host's breaker after `failures` consecutive retryable
@@ -48,7 +53,15 @@ func (b *Breakers) get(host string) *hostBreaker {
 		Name:        host,
 		MaxRequests: 1,
 		Timeout:     b.open,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.failures },
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures < b.failures {
+				return false
+			}
+			hb.mu.Lock()
+			hb.tripped = c.ConsecutiveFailures
+			hb.mu.Unlock()
+			return true
+		},
 		OnStateChange: func(_ string, _, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				hb.mu.Lock()
@@ -114,4 +127,48 @@ func (b *Breakers) Open() []OpenHost {
 		out = append(out, OpenHost{Host: host, Until: until})
 	}
 	return out
+}
+
+// States lists every target host's breaker this process knows (those used
+// within the hour), by host.
+func (b *Breakers) States() []dispatch.BreakerState {
+	if b == nil || b.failures == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	items := b.byHost.Items()
+	b.mu.Unlock()
+	out := make([]dispatch.BreakerState, 0, len(items))
+	for host, it := range items {
+		hb := it.Object.(*hostBreaker)
+		st := dispatch.BreakerState{Host: host, State: dispatch.BreakerClosed, ConsecutiveFailures: int(hb.cb.Counts().ConsecutiveFailures)}
+		switch hb.cb.State() {
+		case gobreaker.StateOpen: // its counts start again at 0 when it opens
+			hb.mu.Lock()
+			until := hb.openedAt.Add(b.open)
+			st.ConsecutiveFailures = int(hb.tripped)
+			hb.mu.Unlock()
+			st.State, st.OpenUntil = dispatch.BreakerOpen, &until
+		case gobreaker.StateHalfOpen:
+			st.State = dispatch.BreakerHalfOpen
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b dispatch.BreakerState) int { return strings.Compare(a.Host, b.Host) })
+	return out
+}
+
+// Reset closes host's breaker: its failures are forgotten and deliveries
+// go at once. It reports whether the host had one.
+func (b *Breakers) Reset(host string) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.byHost.Get(host); !ok {
+		return false
+	}
+	b.byHost.Delete(host)
+	return true
 }

@@ -76,9 +76,11 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Handler serves the router's own listener: /health/live, /health/ready,
-// /monitoring/pools, /monitoring/queues, and, with the admin token, PUT
-// /monitoring/pools/{code} and POST /monitoring/reload; metrics is mounted
-// at /metrics when not nil.
+// /monitoring/pools, /monitoring/queues, /monitoring/in-flight,
+// /monitoring/warnings, /monitoring/circuit-breakers, and, with the admin
+// token, PUT /monitoring/pools/{code}, POST /monitoring/reload and POST
+// /monitoring/circuit-breakers/{host}/reset; metrics is mounted at
+// /metrics when not nil.
 func (r *Router) Handler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
@@ -101,6 +103,45 @@ func (r *Router) Handler(metrics http.Handler) http.Handler {
 		defer cancel()
 		writeJSON(w, http.StatusOK, r.Queues(ctx))
 	})
+	mux.HandleFunc("GET /monitoring/in-flight", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, r.InFlight())
+	})
+	mux.HandleFunc("GET /monitoring/warnings", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, r.Warnings())
+	})
+	mux.HandleFunc("GET /monitoring/circuit-breakers", func(w http.ResponseWriter, req *http.Request) {
+		if r.cfg.Breakers == nil {
+			writeError(w, http.StatusServiceUnavailable, dispatch.EUnavailable, "no circuit breakers are known to this router")
+			return
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		states, err := r.cfg.Breakers.States(ctx)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, dispatch.EUnavailable, "the circuit breakers cannot be read: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, breakerStats(states))
+	})
+	mux.HandleFunc("POST /monitoring/circuit-breakers/{host}/reset", r.admin(func(w http.ResponseWriter, req *http.Request) {
+		if r.cfg.Breakers == nil {
+			writeError(w, http.StatusServiceUnavailable, dispatch.EUnavailable, "no circuit breakers are known to this router")
+			return
+		}
+		host := req.PathValue("host")
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		ok, err := r.cfg.Breakers.Reset(ctx, host)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, dispatch.EUnavailable, "the circuit breaker cannot be reset: "+err.Error())
+		case !ok:
+			writeError(w, http.StatusNotFound, dispatch.ENotFound, "no circuit breaker for "+host)
+		default:
+			r.log.Info("circuit breaker reset", "host", host)
+			writeJSON(w, http.StatusOK, map[string]any{"host": host, "state": dispatch.BreakerClosed})
+		}
+	}))
 	mux.HandleFunc("PUT /monitoring/pools/{code}", r.admin(r.putPool))
 	mux.HandleFunc("POST /monitoring/reload", r.admin(func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Reload(); err != nil {

@@ -1,9 +1,13 @@
 package router
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/dispatchhq/dispatch"
 )
 
 // Queue states, as /health/ready and /monitoring/queues report them.
@@ -114,4 +118,163 @@ func (r *Router) Readiness() (ready bool, queues []ReadyQueue) {
 		ready = ready && status == QueueUp
 	}
 	return ready, queues
+}
+
+// Warning types, as /monitoring/warnings reports them.
+const (
+	WarnQueueUnavailable = "QUEUE_UNAVAILABLE"        // a queue does not answer, or a receive failed
+	WarnVisibilityShort  = "VISIBILITY_TIMEOUT_SHORT" // a queue's visibility timeout is shorter than a mediation may take
+	WarnUnknownPool      = "UNKNOWN_POOL"             // a pointer names a pool that is not configured: the default pool took it
+	WarnUnparseable      = "UNPARSEABLE_MESSAGE"      // a message that is not a pointer was dropped
+	WarnMediationFailed  = "MEDIATION_FAILED"         // the processing endpoint gave no usable answer (the message is retried)
+	WarnHeartbeatFailed  = "HEARTBEAT_FAILED"         // the visibility of messages in flight could not be extended
+	WarnVisibilityChange = "VISIBILITY_CHANGE_FAILED" // messages could not be given back; they return when their timeout ends
+	WarnShutdownDeadline = "SHUTDOWN_DEADLINE"        // a stop cancelled mediations still in flight
+	WarnReloadFailed     = "RELOAD_FAILED"            // a reload of the configuration changed nothing
+)
+
+// maxWarnings is how many distinct warnings the router keeps.
+const maxWarnings = 100
+
+// Warning is something the router ran into, for /monitoring/warnings.
+// Repeats of one (same type, queue and pool) are counted, not listed again.
+type Warning struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	Queue   string `json:"queue,omitempty"`
+	Pool    string `json:"pool,omitempty"`
+	// JobID is the job of the latest occurrence, when it concerns one.
+	JobID   string `json:"jobId,omitempty"`
+	Count   int    `json:"count"`
+	FirstAt string `json:"firstAt"`
+	LastAt  string `json:"lastAt"`
+}
+
+// warnings keeps the latest maxWarnings distinct warnings.
+type warnings struct {
+	mu     sync.Mutex
+	byKey  map[string]*warningEntry
+	oldest []string // keys, oldest last seen first
+}
+
+type warningEntry struct {
+	w           Warning
+	first, last time.Time
+}
+
+func (ws *warnings) add(w Warning) {
+	now := time.Now()
+	key := w.Type + "\x00" + w.Queue + "\x00" + w.Pool
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.byKey == nil {
+		ws.byKey = map[string]*warningEntry{}
+	}
+	e := ws.byKey[key]
+	if e == nil {
+		e = &warningEntry{first: now}
+		ws.byKey[key] = e
+	} else {
+		ws.oldest = slices.DeleteFunc(ws.oldest, func(k string) bool { return k == key })
+	}
+	count := e.w.Count + 1
+	e.w, e.last = w, now
+	e.w.Count = count
+	ws.oldest = append(ws.oldest, key)
+	if len(ws.oldest) > maxWarnings {
+		delete(ws.byKey, ws.oldest[0])
+		ws.oldest = ws.oldest[1:]
+	}
+}
+
+// list returns the warnings, the latest first.
+func (ws *warnings) list() []Warning {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]Warning, 0, len(ws.oldest))
+	for i := len(ws.oldest) - 1; i >= 0; i-- {
+		e := ws.byKey[ws.oldest[i]]
+		w := e.w
+		w.FirstAt, w.LastAt = stamp(e.first), stamp(e.last)
+		out = append(out, w)
+	}
+	return out
+}
+
+// Warnings returns the latest distinct warnings, the latest first.
+func (r *Router) Warnings() []Warning { return r.warnings.list() }
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// InFlightMessage is a message the router holds, for /monitoring/in-flight.
+type InFlightMessage struct {
+	JobID     string `json:"jobId"`
+	MessageID string `json:"messageId"`
+	Queue     string `json:"queue"`
+	Pool      string `json:"pool"`
+	GroupID   string `json:"groupId"`
+	// State is MEDIATING (its mediation is under way) or BUFFERED (it
+	// waits for a slot, or for its group's message ahead of it).
+	State string `json:"state"`
+	// ReceivedAt is when this router received it, AgeMillis how long ago.
+	ReceivedAt string `json:"receivedAt"`
+	AgeMillis  int64  `json:"ageMillis"`
+	// StartedAt is when its mediation started, MediatingMillis how long
+	// ago (MEDIATING only).
+	StartedAt       string `json:"startedAt,omitempty"`
+	MediatingMillis int64  `json:"mediatingMillis,omitempty"`
+	// ReceiveCount is how many times the queue has handed it out.
+	ReceiveCount int `json:"receiveCount"`
+}
+
+// Message states in /monitoring/in-flight.
+const (
+	Mediating = "MEDIATING"
+	Buffered  = "BUFFERED"
+)
+
+// InFlight lists the messages the router holds, the oldest first.
+func (r *Router) InFlight() []InFlightMessage {
+	now := time.Now()
+	r.mu.Lock()
+	out := make([]InFlightMessage, 0, len(r.held))
+	for _, m := range r.held {
+		v := InFlightMessage{JobID: m.ptr.ID, MessageID: m.ID, Queue: m.src.name, Pool: m.pool.code, GroupID: m.group,
+			State: Buffered, ReceivedAt: stamp(m.received), AgeMillis: now.Sub(m.received).Milliseconds(), ReceiveCount: m.ReceiveCount}
+		if !m.started.IsZero() {
+			v.State, v.StartedAt, v.MediatingMillis = Mediating, stamp(m.started), max(now.Sub(m.started).Milliseconds(), 1)
+		}
+		out = append(out, v)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b InFlightMessage) int { return cmp.Compare(b.AgeMillis, a.AgeMillis) })
+	return out
+}
+
+// Breakers are the circuit breakers of the processing endpoint (one per
+// target host), as the router's listener shows and resets them.
+type Breakers interface {
+	States(ctx context.Context) ([]dispatch.BreakerState, error)
+	// Reset closes host's breaker; false when there is none.
+	Reset(ctx context.Context, host string) (bool, error)
+}
+
+// BreakerStats is a target host's circuit breaker for
+// /monitoring/circuit-breakers.
+type BreakerStats struct {
+	Host                string `json:"host"`
+	State               string `json:"state"`
+	ConsecutiveFailures int    `json:"consecutiveFailures"`
+	OpenUntil           string `json:"openUntil,omitempty"`
+}
+
+func breakerStats(states []dispatch.BreakerState) []BreakerStats {
+	out := make([]BreakerStats, len(states))
+	for i, s := range states {
+		out[i] = BreakerStats{Host: s.Host, State: s.State, ConsecutiveFailures: s.ConsecutiveFailures}
+		if s.OpenUntil != nil {
+			out[i].OpenUntil = stamp(*s.OpenUntil)
+		}
+	}
+	return out
 }

@@ -173,10 +173,13 @@ func (r *Router) Reload() error {
 		return errors.New("nothing to reload from: the pools do not come from a file (DISPATCH_ROUTER_CONFIG)")
 	}
 	pcs, err := r.cfg.Reload()
-	if err != nil {
-		return err
+	if err == nil {
+		err = r.SetPools(pcs)
 	}
-	return r.SetPools(pcs)
+	if err != nil {
+		r.warnings.add(Warning{Type: WarnReloadFailed, Message: "the pools were not changed: " + err.Error()})
+	}
+	return err
 }
 
 // PoolConfigs returns the pools as they are configured now (draining ones

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,9 @@ type Config struct {
 	Reload func() ([]PoolConfig, error)
 	// PoolsChanged is told the pools after each change (nil: nobody).
 	PoolsChanged func([]PoolConfig)
+	// Breakers are the processing endpoint's circuit breakers, for
+	// /monitoring/circuit-breakers (nil: none known to this router).
+	Breakers Breakers
 }
 
 // Router moves messages from queues into pools.
@@ -103,6 +107,7 @@ type Router struct {
 	holds     map[string]hold      // groups waiting for a failed message to come back
 	warned    map[string]bool      // unknown pool codes already logged
 	stopping  bool
+	warnings  warnings
 	reserved  int           // messages asked for by receives under way
 	loops     int           // receive loops, of all queues
 	space     chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
@@ -161,8 +166,10 @@ type hold struct {
 
 type message struct {
 	Message
-	src *source // the queue it came from
-	ptr dispatch.Pointer
+	src      *source   // the queue it came from
+	received time.Time // when this router received it
+	started  time.Time // when its mediation started (zero: buffered; lock held)
+	ptr      dispatch.Pointer
 	// seq is the job's place in its group (the pointer's sequence, or, for
 	// a pointer sent before sequences existed, its job id, which the
 	// migration made its sequence).
@@ -292,6 +299,7 @@ func (r *Router) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(time.Until(<-deadline)):
 		r.log.Warn("shutdown deadline reached; cancelling in-flight mediations")
+		r.warnings.add(Warning{Type: WarnShutdownDeadline, Message: "the stop's deadline passed; mediations still in flight were cancelled"})
 		cancelWork()
 		<-done
 	}
@@ -318,6 +326,8 @@ func (r *Router) consume(ctx, helperCtx context.Context, helpers *sync.WaitGroup
 	if vis < r.cfg.MediationTimeout {
 		r.log.Warn("queue visibility timeout is shorter than the mediation timeout; the heartbeat extends in-flight messages, but raise the queue's VisibilityTimeout",
 			"queue", s.name, "visibility_timeout", vis.String(), "mediation_timeout", r.cfg.MediationTimeout.String())
+		r.warnings.add(Warning{Type: WarnVisibilityShort, Queue: s.name,
+			Message: fmt.Sprintf("visibility timeout %v is shorter than the mediation timeout %v", vis, r.cfg.MediationTimeout)})
 	}
 	helpers.Add(1)
 	go func() { defer helpers.Done(); r.heartbeat(helperCtx, s) }()
@@ -344,6 +354,7 @@ func (r *Router) visibilityTimeout(ctx context.Context, s *source) (time.Duratio
 		}
 		s.failed(err)
 		r.log.Warn("queue not available yet; retrying", "queue", s.name, "err", err, "backoff", backoff.String())
+		r.warnings.add(Warning{Type: WarnQueueUnavailable, Queue: s.name, Message: "the queue does not answer: " + err.Error()})
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, 10*time.Second)
 	}
@@ -401,6 +412,7 @@ func (r *Router) receive(ctx context.Context, s *source) {
 			s.receiveFailures.Add(1)
 			s.failed(err)
 			r.log.Warn("receive failed; retrying", "queue", s.name, "err", err, "backoff", backoff.String())
+			r.warnings.add(Warning{Type: WarnQueueUnavailable, Queue: s.name, Message: "receive failed: " + err.Error()})
 			sleepCtx(ctx, backoff)
 			backoff = min(backoff*2, 10*time.Second)
 			continue
@@ -447,6 +459,7 @@ func (r *Router) accept(s *source, qm Message) *message {
 	var ptr dispatch.Pointer
 	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
 		r.log.Error("unparseable message dropped", "message_id", qm.ID, "queue", s.name)
+		r.warnings.add(Warning{Type: WarnUnparseable, Queue: s.name, Message: "a message that is not a pointer was dropped (message " + qm.ID + ")"})
 		s.deleter.add(qm.Receipt)
 		return nil
 	}
@@ -477,13 +490,15 @@ func (r *Router) accept(s *source, qm Message) *message {
 			r.log.Warn("unknown pool code; its messages go to the default pool (logged once per code)",
 				"pool", ptr.PoolCode, "default_pool", r.def.code)
 		}
+		r.warnings.add(Warning{Type: WarnUnknownPool, Queue: s.name, Pool: ptr.PoolCode, JobID: ptr.ID,
+			Message: fmt.Sprintf("pool %q is not configured; its messages go to the default pool %s", ptr.PoolCode, r.def.code)})
 		p = r.def
 	}
 	seq := ptr.Sequence
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	m := &message{Message: qm, src: s, ptr: ptr, seq: seq, group: group, pool: p}
+	m := &message{Message: qm, src: s, received: time.Now(), ptr: ptr, seq: seq, group: group, pool: p}
 	if h, ok := r.holds[group]; ok {
 		if time.Now().After(h.expires) {
 			delete(r.holds, group)
@@ -552,6 +567,8 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		default:
 			delay = routerBackoff(m.ReceiveCount)
 			r.log.Warn("mediation failed; retrying", "job_id", m.ptr.ID, "pool", p.code, "err", err, "delay", delay.String())
+			r.warnings.add(Warning{Type: WarnMediationFailed, Queue: m.src.name, Pool: p.code, JobID: m.ptr.ID,
+				Message: "the processing endpoint gave no usable answer: " + err.Error()})
 		}
 		r.mu.Lock()
 		var released []*message
@@ -632,6 +649,7 @@ func (r *Router) changeVisibility(s *source, changes []Visibility, warning strin
 	ctx := context.Background()
 	if err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }); err != nil {
 		r.log.Warn(warning, "queue", s.name, "err", err)
+		r.warnings.add(Warning{Type: WarnVisibilityChange, Queue: s.name, Message: warning + ": " + err.Error()})
 	}
 }
 
@@ -732,6 +750,8 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 		err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) })
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "queue", s.name, "err", err)
+			r.warnings.add(Warning{Type: WarnHeartbeatFailed, Queue: s.name,
+				Message: "cannot extend the visibility of messages in flight (they may come back while mediated): " + err.Error()})
 		}
 		// Releases that came in during the call go out now, after it.
 		now := time.Now()
@@ -892,6 +912,7 @@ func (p *Pool) next(stopping *bool) *message {
 	p.active[g] = true
 	p.buffered--
 	p.inFlight++
+	m.started = time.Now()
 	return m
 }
 

@@ -380,3 +380,56 @@ func TestReloadOfTheRouterConfigurationChangesThePools(t *testing.T) {
 		t.Errorf("a job naming the removed pool: %d, want 400", code)
 	}
 }
+
+// A router running apart shows the circuit breakers of the API that
+// delivers (they live there), and its admin resets one there.
+func TestRouterAloneShowsAndResetsTheAPIsBreakers(t *testing.T) {
+	t.Parallel()
+	sqstest.SetEnv()
+	dbURL, q := storetest.NewDatabase(t), sqstest.New(t, 30*time.Second)
+	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_BREAKER_FAILURES": "2", "DISPATCH_BREAKER_OPEN": "1m"})
+	rt := startWith(t, "router", dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process"})
+	rc := newReceiver(t, func(int, *http.Request, []byte) int { return http.StatusServiceUnavailable })
+	host := strings.TrimPrefix(rc.URL, "http://")
+	in.createJob(jobBody(rc.URL, map[string]any{"maxRetries": 10, "retryStrategy": "fixed"}))
+
+	type breaker struct {
+		Host, State         string
+		ConsecutiveFailures int
+	}
+	find := func() (breaker, bool) {
+		var bs []breaker
+		if code := rt.routerJSON("/monitoring/circuit-breakers", &bs); code != http.StatusOK {
+			t.Fatalf("/monitoring/circuit-breakers: %d", code)
+		}
+		for _, b := range bs {
+			if b.Host == host {
+				return b, true
+			}
+		}
+		return breaker{}, false
+	}
+	eventually(t, 30*time.Second, func() bool { b, ok := find(); return ok && b.State == "OPEN" },
+		func() string {
+			b, _ := find()
+			return fmt.Sprintf("the target's breaker, as the router shows it: %+v", b)
+		})
+	if b, _ := find(); b.ConsecutiveFailures != 2 {
+		t.Errorf("breaker %+v, want opened by 2 failures", b)
+	}
+	if code, body := routerCall(t, "POST", rt.routerURL+"/monitoring/circuit-breakers/"+host+"/reset", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("reset without the admin token: %d %s", code, body)
+	}
+	if code, body := routerCall(t, "POST", rt.routerURL+"/monitoring/circuit-breakers/"+host+"/reset", adminToken, ""); code != http.StatusOK {
+		t.Fatalf("reset: %d %s", code, body)
+	}
+	if b, ok := find(); ok && b.State == "OPEN" {
+		t.Errorf("after the reset the breaker is %+v", b)
+	}
+	for _, path := range []string{"/monitoring/in-flight", "/monitoring/warnings", "/monitoring/queues"} {
+		var v any
+		if code := rt.routerJSON(path, &v); code != http.StatusOK {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+}

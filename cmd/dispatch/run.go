@@ -371,7 +371,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	// What jobs may name; a reload of the router configuration changes
 	// its pools, and so does a change of the router's in `all`.
 	routing := a.routing()
-	var reloadRouter func() error // the router's reload (nil: no router here)
+	var reloadRouter func() error       // the router's reload (nil: no router here)
+	var procBreakers *mediator.Breakers // this process's deliveries' (nil: no API here)
 	if withAPI {
 		ln := apiSock.phase(true)
 		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
@@ -393,6 +394,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Tracer: tracer,
 		})
 		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
+		procBreakers = breakers
 		if err := a.reg.Register(openBreakersGauge(breakers)); err != nil {
 			return err
 		}
@@ -412,8 +414,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets, Routing: routing},
 			Logger:   a.log, QueuePing: q.Ping, Metrics: metrics, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			ReadTimeout: a.cfg.HTTPReadTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxConns: a.cfg.HTTPMaxConns,
-			Verifier:   mediator.NewVerifier(st, sender, a.log),
-			Breakers:   openBreakers(breakers),
+			Verifier:      mediator.NewVerifier(st, sender, a.log),
+			Breakers:      openBreakers(breakers),
+			BreakerStates: breakers.States, ResetBreaker: breakers.Reset,
 			QueueDepth: queueDepth(q),
 			PublicURL:  a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
 			Tracer: tracer,
@@ -445,7 +448,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Sources: sources, Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			Logger: a.log, Registerer: a.reg, Tracer: tracer,
-			AdminToken: a.cfg.AdminToken, Reload: a.reloadPools,
+			AdminToken: a.cfg.AdminToken, Reload: a.reloadPools, Breakers: routerBreakers(local != nil, procBreakers, processURL, a.cfg.InternalToken),
 			PoolsChanged: func(pcs []router.PoolConfig) {
 				codes := make([]string, len(pcs))
 				for i, pc := range pcs {
@@ -549,6 +552,16 @@ func (a *app) routing() *dispatch.Routing {
 		pools[i] = p.Code
 	}
 	return dispatch.NewRouting(queues, pools)
+}
+
+// routerBreakers are the circuit breakers the router's listener shows:
+// this process's when it delivers in process, else the API's that the
+// processing URL reaches.
+func routerBreakers(inProcess bool, b *mediator.Breakers, processURL, token string) router.Breakers {
+	if inProcess {
+		return localBreakers{b}
+	}
+	return newRemoteBreakers(processURL, token)
 }
 
 // reloadPools reads the pools of the router configuration file again (the
