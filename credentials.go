@@ -19,6 +19,17 @@ import (
 // MaxAllowedTargets bounds a credentials' allowedTargets list.
 const MaxAllowedTargets = 50
 
+// MaxCredentialsName bounds a credentials' name, in characters.
+const MaxCredentialsName = 100
+
+// CredentialsUsage is where credentials are used: by how many
+// subscriptions, and by how many live jobs (PENDING, IN_PROGRESS,
+// FAILED). LiveJobs is exact up to CountLimit and "at least" past it.
+type CredentialsUsage struct {
+	Subscriptions int
+	LiveJobs      int
+}
+
 // ParseAllowedTarget validates one allowedTargets entry and returns it
 // normalised: scheme and host in lower case, the scheme's default port
 // dropped, a trailing dot of the host dropped, an IP address in its

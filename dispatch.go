@@ -144,7 +144,9 @@ type Attempt struct {
 // Credentials sign and authenticate deliveries. Secrets are plain here; the
 // store encrypts them at rest.
 type Credentials struct {
-	ID              int64
+	ID int64
+	// Name is what people know them by ("Billing partner"); "" for none.
+	Name            string
 	BearerToken     string
 	SigningSecret   string
 	Algorithm       string

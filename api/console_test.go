@@ -438,3 +438,74 @@ func TestSubscriptionsShowTheirHealth(t *testing.T) {
 		t.Errorf("GET's health = %+v, want the list's", one.Health)
 	}
 }
+
+// Credentials have a name people know them by, set on create and changed
+// with PATCH (alone, or with allowedTargets), and say where they are used:
+// by how many subscriptions and how many live jobs (finished ones do not
+// count).
+func TestCredentialsHaveANameAndSayWhereTheyAreUsed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const path = "/api/admin/dispatch/credentials"
+	type usage struct {
+		Subscriptions, LiveJobs int
+		LiveJobsExact           bool
+	}
+	type creds struct {
+		ID, Name       string
+		AllowedTargets []string
+		Usage          *usage
+	}
+	var billing, spare creds
+	f.do(t, "POST", path, `{"name":"  Billing partner ","allowedTargets":["https://billing.example"]}`).want(t, http.StatusCreated).decode(t, &billing)
+	if billing.Name != "Billing partner" {
+		t.Errorf("name %q, want it trimmed", billing.Name)
+	}
+	f.do(t, "POST", path, `{}`).want(t, http.StatusCreated).decode(t, &spare)
+	if spare.Name != "" {
+		t.Errorf("credentials created without a name are named %q", spare.Name)
+	}
+	for _, bad := range []string{`{"name":"a\u0007b"}`, `{"name":"` + strings.Repeat("n", 101) + `"}`, `{"name":7}`} {
+		if fields := f.do(t, "POST", path, bad).errorCode(t, http.StatusBadRequest, dispatch.EInvalid); !slices.Equal(fields, []string{"name"}) {
+			t.Errorf("create with %s: problems with %v, want name", bad, fields)
+		}
+	}
+
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"invoices","url":"https://billing.example/hooks","eventTypes":["invoice.*"],"credentialsId":"`+billing.ID+`"}`).
+		want(t, http.StatusCreated)
+	for range 2 {
+		f.createJob(t, "targetUrl", "https://billing.example/in", "credentialsId", billing.ID)
+	}
+	done := f.createJob(t, "targetUrl", "https://billing.example/in", "credentialsId", billing.ID)
+	f.runAttempt(t, done.ID, dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+
+	var page struct{ Items []creds }
+	f.do(t, "GET", path, "").want(t, http.StatusOK).decode(t, &page)
+	used := map[string]*usage{}
+	for _, c := range page.Items {
+		used[c.ID] = c.Usage
+	}
+	if u := used[billing.ID]; u == nil || *u != (usage{Subscriptions: 1, LiveJobs: 2, LiveJobsExact: true}) {
+		t.Errorf("billing's usage = %+v, want 1 subscription and 2 live jobs", u)
+	}
+	if u := used[spare.ID]; u == nil || *u != (usage{LiveJobsExact: true}) {
+		t.Errorf("unused credentials' usage = %+v, want none", u)
+	}
+	var one creds
+	f.do(t, "GET", path+"/"+billing.ID, "").want(t, http.StatusOK).decode(t, &one)
+	if one.Name != "Billing partner" || one.Usage == nil || one.Usage.LiveJobs != 2 {
+		t.Errorf("GET = %+v", one)
+	}
+
+	// PATCH the name alone: the targets stay; then both; then neither.
+	f.do(t, "PATCH", path+"/"+billing.ID, `{"name":"Billing (EU)"}`).want(t, http.StatusOK).decode(t, &one)
+	if one.Name != "Billing (EU)" || !slices.Equal(one.AllowedTargets, []string{"https://billing.example"}) {
+		t.Errorf("after renaming: %+v, want the new name and the same targets", one)
+	}
+	f.do(t, "PATCH", path+"/"+billing.ID, `{"name":"","allowedTargets":["https://billing.example","https://eu.billing.example"]}`).want(t, http.StatusOK).decode(t, &one)
+	if one.Name != "" || len(one.AllowedTargets) != 2 {
+		t.Errorf("after clearing the name and adding a target: %+v", one)
+	}
+	f.do(t, "PATCH", path+"/"+billing.ID, `{}`).errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	f.do(t, "PATCH", path+"/4242", `{"name":"x"}`).errorCode(t, http.StatusNotFound, dispatch.ENotFound)
+}

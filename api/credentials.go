@@ -14,12 +14,13 @@ import (
 const maxBearerLen = 1024
 
 func (s *Server) createCredentials(c *gin.Context) {
-	f, err := dispatch.ParseObject(body(c), "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
+	f, err := dispatch.ParseObject(body(c), "name", "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	cr := dispatch.Credentials{Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: string(webhook.SchemeFlowCatalyst)}
+	cr.Name = credentialsName(f)
 	cr.AllowedTargets = f.AllowedTargets("allowedTargets")
 	cr.BearerToken = f.String("bearerToken", maxBearerLen, false)
 	if strings.ContainsFunc(cr.BearerToken, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
@@ -52,6 +53,16 @@ func (s *Server) createCredentials(c *gin.Context) {
 	c.JSON(http.StatusCreated, v)
 }
 
+// credentialsName reads name: trimmed, at most MaxCredentialsName
+// characters, no control characters ("" when absent).
+func credentialsName(f *dispatch.Fields) string {
+	name := strings.TrimSpace(f.String("name", dispatch.MaxCredentialsName, false))
+	if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		f.Add("name", "must not contain control characters")
+	}
+	return name
+}
+
 // secretField reads signingSecret, or generates one when absent.
 func (s *Server) secretField(f *dispatch.Fields, scheme webhook.Scheme) (string, bool) {
 	secret := f.String("signingSecret", 256, false)
@@ -78,31 +89,50 @@ func (s *Server) getCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewCredentials(cr, s.now()))
+	usage, err := s.store.CredentialsUsage(c.Request.Context(), []int64{id})
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	v := viewCredentials(cr, s.now())
+	v.Usage = viewCredentialsUsage(usage[id])
+	c.JSON(http.StatusOK, v)
 }
 
-// patchCredentials replaces the targets the credentials may be sent to:
-// {"allowedTargets": [...]}. Jobs already created for a target no longer
-// allowed end ERROR when they come up, unsent.
+// patchCredentials renames credentials ({"name": ...}) and replaces the
+// targets they may be sent to ({"allowedTargets": [...]}), either or both.
+// Jobs already created for a target no longer allowed end ERROR when they
+// come up, unsent.
 func (s *Server) patchCredentials(c *gin.Context) {
 	id, ok := s.pathID(c)
 	if !ok {
 		return
 	}
-	f, err := dispatch.ParseObject(body(c), "allowedTargets")
+	f, err := dispatch.ParseObject(body(c), "name", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	if !f.Has("allowedTargets") {
-		f.Add("allowedTargets", "is required (an empty array sends the credentials nowhere)")
+	var (
+		name    *string
+		targets *[]string
+	)
+	if f.Has("name") {
+		n := credentialsName(f)
+		name = &n
 	}
-	targets := f.AllowedTargets("allowedTargets")
+	if f.Has("allowedTargets") {
+		t := f.AllowedTargets("allowedTargets")
+		targets = &t
+	}
+	if name == nil && targets == nil {
+		f.Add("allowedTargets", "name or allowedTargets is required (an empty allowedTargets array sends the credentials nowhere)")
+	}
 	if err := f.Err(); err != nil {
 		s.writeError(c, err)
 		return
 	}
-	cr, err := s.store.SetCredentialsTargets(c.Request.Context(), id, targets)
+	cr, err := s.store.UpdateCredentials(c.Request.Context(), id, name, targets)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -178,9 +208,19 @@ func (s *Server) listCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	ids := make([]int64, len(creds))
+	for i, cr := range creds {
+		ids[i] = cr.ID
+	}
+	usage, err := s.store.CredentialsUsage(c.Request.Context(), ids)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	items := make([]credentialsView, len(creds))
 	for i, cr := range creds {
 		items[i] = viewCredentials(cr, s.now())
+		items[i].Usage = viewCredentialsUsage(usage[cr.ID])
 	}
 	writePage(c, items, page, size, total, 0, false)
 }

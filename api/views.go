@@ -127,6 +127,7 @@ func viewAttempt(a dispatch.Attempt) attemptView {
 // response that created or rotated the secret, the one time it is shown.
 type credentialsView struct {
 	ID                      string  `json:"id"`
+	Name                    string  `json:"name"`
 	Algorithm               string  `json:"algorithm"`
 	SignatureScheme         string  `json:"signatureScheme"`
 	HasBearerToken          bool    `json:"hasBearerToken"`
@@ -137,11 +138,25 @@ type credentialsView struct {
 	CreatedAt               string   `json:"createdAt"`
 	UpdatedAt               string   `json:"updatedAt"`
 	SigningSecret           string   `json:"signingSecret,omitempty"`
+	// Usage is on reads (the list and GET), not on changes.
+	Usage *credentialsUsageView `json:"usage,omitempty"`
+}
+
+// credentialsUsageView is where credentials are used.
+type credentialsUsageView struct {
+	Subscriptions int  `json:"subscriptions"`
+	LiveJobs      int  `json:"liveJobs"`
+	LiveJobsExact bool `json:"liveJobsExact"`
+}
+
+func viewCredentialsUsage(u dispatch.CredentialsUsage) *credentialsUsageView {
+	return &credentialsUsageView{Subscriptions: u.Subscriptions, LiveJobs: min(u.LiveJobs, dispatch.CountLimit),
+		LiveJobsExact: u.LiveJobs <= dispatch.CountLimit}
 }
 
 func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
 	v := credentialsView{
-		ID: dispatch.FormatID(c.ID), Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
+		ID: dispatch.FormatID(c.ID), Name: c.Name, Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
 		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
 		AllowedTargets: c.AllowedTargets,
 	}

@@ -44,8 +44,8 @@ func (s *Store) CreateCredentials(ctx context.Context, c *dispatch.Credentials) 
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `
-		INSERT INTO dispatch_credentials (id, bearer_token, signing_secret, algorithm, signature_scheme, allowed_targets, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, c.ID, bearer, secret, c.Algorithm, c.SignatureScheme, targetsOrEmpty(c.AllowedTargets), now)
+		INSERT INTO dispatch_credentials (id, name, bearer_token, signing_secret, algorithm, signature_scheme, allowed_targets, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`, c.ID, c.Name, bearer, secret, c.Algorithm, c.SignatureScheme, targetsOrEmpty(c.AllowedTargets), now)
 	if err != nil {
 		return fmt.Errorf("store: create credentials: %w", interpret(err))
 	}
@@ -107,7 +107,7 @@ func (s *Store) readCredentials(ctx context.Context, q interface {
 	return c, nil
 }
 
-const credentialsColumns = `id, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
+const credentialsColumns = `id, name, bearer_token, signing_secret, previous_secrets, previous_expires, algorithm,
 	signature_scheme, allowed_targets, created_at, updated_at`
 
 func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
@@ -117,7 +117,7 @@ func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
 		previous       [][]byte
 		expires        []time.Time
 	)
-	err := row.Scan(&c.ID, &bearer, &secret, &previous,
+	err := row.Scan(&c.ID, &c.Name, &bearer, &secret, &previous,
 		&expires, &c.Algorithm, &c.SignatureScheme, &c.AllowedTargets, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return c, err
@@ -172,18 +172,78 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 // the processor finishes them as ERROR. This replica's cache is invalidated
 // at once; other replicas see the change within CredentialsTTL.
 func (s *Store) SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.Credentials, error) {
+	return s.UpdateCredentials(ctx, id, nil, &targets)
+}
+
+// UpdateCredentials changes credentials' name and allowed targets, each
+// when not nil, in one statement (SetCredentialsTargets says what a change
+// of targets does).
+func (s *Store) UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.Credentials, error) {
+	var newTargets []string
+	if targets != nil {
+		newTargets = targetsOrEmpty(*targets)
+	}
 	c, err := s.scanCredentials(s.pool.QueryRow(ctx, `
-		UPDATE dispatch_credentials SET allowed_targets = $2, updated_at = $3
+		UPDATE dispatch_credentials SET name = COALESCE($2, name),
+			allowed_targets = CASE WHEN $3 THEN $4 ELSE allowed_targets END, updated_at = $5
 		WHERE id = $1 RETURNING `+credentialsColumns,
-		id, targetsOrEmpty(targets), time.Now().UTC().Truncate(time.Microsecond)))
+		id, name, targets != nil, newTargets, time.Now().UTC().Truncate(time.Microsecond)))
 	s.invalidateCredentials(id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, notFound("credentials", id)
 	}
 	if err != nil {
-		return c, fmt.Errorf("store: set targets of credentials %d: %w", id, err)
+		return c, fmt.Errorf("store: update credentials %d: %w", id, err)
 	}
 	return c, nil
+}
+
+// credentialsUsageQuery counts, for each of a page of credentials, the
+// subscriptions that sign with them and their live jobs. The live jobs are
+// found through the status index (the backlog, never the finished
+// history), at most $2 of them in all.
+const credentialsUsageQuery = `
+SELECT c.id, COALESCE(s.n, 0), COALESCE(j.n, 0)
+FROM unnest($1::bigint[]) AS c(id)
+LEFT JOIN (
+	SELECT credentials_id, count(*) AS n FROM dispatch_subscription
+	WHERE credentials_id = ANY($1) GROUP BY credentials_id) s ON s.credentials_id = c.id
+LEFT JOIN (
+	SELECT credentials_id, count(*) AS n FROM (
+		SELECT credentials_id FROM dispatch_job
+		WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND credentials_id = ANY($1)
+		LIMIT $2) live
+	GROUP BY credentials_id) j ON j.credentials_id = c.id`
+
+// CredentialsUsage reads where each of ids is used
+// (dispatch.CredentialsUsage), in one statement.
+func (s *Store) CredentialsUsage(ctx context.Context, ids []int64) (map[int64]dispatch.CredentialsUsage, error) {
+	out := make(map[int64]dispatch.CredentialsUsage, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, credentialsUsageQuery, ids, dispatch.CountLimit+1)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id int64
+				u  dispatch.CredentialsUsage
+			)
+			if err := rows.Scan(&id, &u.Subscriptions, &u.LiveJobs); err != nil {
+				return err
+			}
+			out[id] = u
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: credentials usage: %w", err)
+	}
+	return out, nil
 }
 
 // targetsOrEmpty stores no targets as an empty array, not NULL.

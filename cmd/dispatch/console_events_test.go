@@ -171,6 +171,7 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	b.waitFor("the job, linked back to its event", `document.querySelector('#job-id') && document.querySelector('#job-id').textContent === `+quoteJS(ev.Jobs[0].ID)+
 		` && document.querySelector('#job-event') && document.querySelector('#job-event').textContent === `+quoteJS(ev.ID)+
 		` && document.querySelector('#attempts').innerText.includes('SUCCESS')`)
+	b.waitFor("the job's credentials by name", `document.querySelector('#job-credentials') && document.querySelector('#job-credentials').textContent === `+quoteJS("Partner hooks (EU) "+credID))
 
 	// Disable: the next event makes no job; enable again.
 	b.visit("#/subscriptions")

@@ -323,12 +323,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.visit("#/credentials")
 	b.waitFor("the credentials page", `!!document.querySelector('#create-credentials') && !document.querySelector('#credentials-list .loading')`)
 	b.shot("08-credentials-empty")
-	b.do("create credentials", chromedp.SendKeys(chromedp.ID("c-targets"), "HTTPS://Partner.Example:443/hooks/"), chromedp.Click(chromedp.ID("create")))
+	b.do("create credentials", chromedp.SendKeys(chromedp.ID("c-name"), "Partner hooks"),
+		chromedp.SendKeys(chromedp.ID("c-targets"), "HTTPS://Partner.Example:443/hooks/"), chromedp.Click(chromedp.ID("create")))
 	b.waitFor("the new secret", `!!document.querySelector('#new-secret') && document.querySelectorAll('#credentials-table tbody tr[data-id]').length === 1`)
 	first := eval[string](b, `document.querySelector('#new-secret').textContent`)
 	credID := eval[string](b, `document.querySelector('#credentials-table tbody tr[data-id]').dataset.id`)
 	if got := eval[string](b, `[...document.querySelectorAll('tr[data-targets-of="`+credID+`"] .target')].map(e => e.textContent).join(' ')`); got != "https://partner.example/hooks/" {
 		t.Errorf("the new credentials' row shows allowed targets %q, want the one entry normalised", got)
+	}
+	if got := b.text(`tr[data-id="` + credID + `"] .cred-name`); got != "Partner hooks"+credID {
+		t.Errorf("the new credentials' row reads %q, want their name over their id", got)
+	}
+	if got := b.text(`tr[data-id="` + credID + `"] .cred-usage`); got != "unused" {
+		t.Errorf("the new credentials are used by %q, want unused", got)
 	}
 	b.shot("09-credentials-created")
 	b.do("rotate", chromedp.Click(chromedp.CSS(`[data-rotate="`+credID+`"]`)))
@@ -374,8 +381,22 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("with two targets the Delete button of a credentials row sticks out of its card by %.0f px", over)
 	}
 
+	// Renamed: the row says the new name.
+	b.do("rename", chromedp.Click(chromedp.CSS(`[data-rename="`+credID+`"]`)))
+	b.waitFor("the name form", `!!document.querySelector('#name-form') && document.querySelector('#name-edit').value === 'Partner hooks'`)
+	b.do("the new name", chromedp.SetValue(chromedp.ID("name-edit"), "Partner hooks (EU)"), chromedp.Click(chromedp.ID("save-name")))
+	b.waitFor("the renamed row", `!document.querySelector('#name-form') &&
+		document.querySelector('tr[data-id="`+credID+`"] .cred-name').textContent.startsWith('Partner hooks (EU)')`)
+
 	// Events and subscriptions with the credentials above.
 	consoleEventsAndSubscriptions(t, in, b, credID, hs, delivered)
+
+	// The credentials now sign the subscription's jobs: the page says so.
+	b.visit("#/credentials")
+	b.waitFor("the credentials' use", `document.querySelector('tr[data-id="`+credID+`"] .cred-usage') &&
+		document.querySelector('tr[data-id="`+credID+`"] .cred-usage').textContent === '1 subscription'`)
+	b.waitFor("the last toast gone", `(() => { const t = document.getElementById('toast'); return !t || getComputedStyle(t).opacity === '0' })()`)
+	b.shot("10c-credentials-in-use")
 
 	// A state change without the CSRF token is refused, from the page and
 	// from anywhere else holding the cookie.

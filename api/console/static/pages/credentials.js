@@ -7,11 +7,13 @@ export function credentialsPage(main) {
   const scheme = h('select', { name: 'signatureScheme', id: 'c-scheme' },
     h('option', { value: 'FLOWCATALYST' }, 'FLOWCATALYST (X-FLOWCATALYST-SIGNATURE)'),
     h('option', { value: 'STANDARD_WEBHOOKS' }, 'STANDARD_WEBHOOKS (webhook-signature)'));
+  const nameInput = h('input', { name: 'name', id: 'c-name', maxlength: 100, placeholder: 'Billing partner' });
   const bearer = h('input', { name: 'bearerToken', id: 'c-bearer', type: 'password', autocomplete: 'off', placeholder: 'optional' });
   const targets = h('textarea', { name: 'allowedTargets', id: 'c-targets', rows: 2, placeholder: 'https://partner.example\nhttps://hooks.example:8443/in/' });
   const form = h('form', { class: 'card filters', id: 'create-credentials' },
     h('h3', {}, 'New credentials'),
     h('div', { class: 'filter-row' },
+      h('label', { class: 'field' }, h('span', {}, 'Name'), nameInput),
       h('label', { class: 'field' }, h('span', {}, 'Signature scheme'), scheme),
       h('label', { class: 'field' }, h('span', {}, 'Bearer token sent to receivers'), bearer),
       h('label', { class: 'field field-wide' }, h('span', {}, 'Allowed targets, one per line'), targets),
@@ -21,9 +23,11 @@ export function credentialsPage(main) {
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const body = { signatureScheme: scheme.value, allowedTargets: parseTargets(targets.value) };
+    if (nameInput.value.trim()) body.name = nameInput.value.trim();
     if (bearer.value) body.bearerToken = bearer.value;
     try {
       const c = await api.post('/api/admin/dispatch/credentials', body);
+      nameInput.value = '';
       bearer.value = '';
       targets.value = '';
       showSecret(c, 'Credentials created');
@@ -40,7 +44,7 @@ export function credentialsPage(main) {
     const area = h('textarea', { id: 'targets-edit', rows: Math.max(2, c.allowedTargets.length + 1), value: c.allowedTargets.join('\n') });
     const status = h('div', { id: 'targets-status' });
     const edit = h('form', { class: 'card filters', id: 'targets-form', dataset: { id: c.id } },
-      h('h3', {}, 'Allowed targets of ', h('span', { class: 'mono' }, c.id)),
+      h('h3', {}, 'Allowed targets of ', credentialsLabel(c)),
       h('label', { class: 'field' }, h('span', {}, 'One per line'), area),
       h('div', { class: 'muted small hint' }, targetsHint,
         ' Jobs already created for a target you remove end in ERROR, unsent.'),
@@ -63,6 +67,32 @@ export function credentialsPage(main) {
     area.focus();
   }
 
+  // rename opens the form that changes a credentials' name.
+  function rename(c) {
+    const input = h('input', { id: 'name-edit', maxlength: 100, value: c.name, placeholder: 'Billing partner' });
+    const status = h('div', { id: 'name-status' });
+    const edit = h('form', { class: 'card filters', id: 'name-form', dataset: { id: c.id } },
+      h('h3', {}, 'Name of ', h('span', { class: 'mono' }, c.id)),
+      h('label', { class: 'field field-narrow' }, h('span', {}, 'Name (empty: none)'), input),
+      status,
+      h('div', { class: 'form-actions' },
+        h('button', { class: 'btn btn-primary', type: 'submit', id: 'save-name' }, 'Save'), ' ',
+        h('button', { class: 'btn btn-ghost', type: 'button', onclick: () => clear(targetsPanel) }, 'Cancel')));
+    edit.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        await api.patch('/api/admin/dispatch/credentials/' + c.id, { name: input.value.trim() });
+        clear(targetsPanel);
+        toast('Name saved');
+        load();
+      } catch (e) {
+        clear(status, errorBox(e));
+      }
+    });
+    clear(targetsPanel, edit);
+    input.focus();
+  }
+
   // targetsRow is the line under a credentials' row that says where they
   // may be sent, with the button that changes it.
   function targetsRow(c) {
@@ -78,7 +108,7 @@ export function credentialsPage(main) {
   function showSecret(c, title) {
     const pre = h('code', { class: 'secret', id: 'new-secret' }, c.signingSecret);
     clear(secretPanel, h('div', { class: 'alert alert-ok secret-box' },
-      h('div', {}, h('strong', {}, `${title}: `), h('span', { class: 'mono' }, c.id)),
+      h('div', {}, h('strong', {}, `${title}: `), credentialsLabel(c)),
       h('div', { class: 'small' }, 'Copy the signing secret now. It will not be shown again.'),
       pre,
       h('div', {},
@@ -114,15 +144,19 @@ export function credentialsPage(main) {
       // Times may wrap (date over time) so that the row's buttons fit; on a
       // narrower screen the table scrolls rather than cutting them off.
       clear(list, h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table', id: 'credentials-table' },
-        h('thead', {}, h('tr', {}, ['Id', 'Scheme', 'Bearer token', 'Previous secret valid until', 'Created', 'Updated', ''].map((t) => h('th', {}, t)))),
+        h('thead', {}, h('tr', {}, ['Credentials', 'Scheme', 'Bearer token', 'Used by', 'Old secret valid until', 'Created', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, res.items.map((c) => {
           const cell = h('td', { class: 'row-actions' },
             h('button', { class: 'btn btn-sm', dataset: { rotate: c.id }, onclick: () => rotate(c) }, 'Rotate'), ' ',
             h('button', { class: 'btn btn-sm btn-ghost', dataset: { delete: c.id }, onclick: () => confirmDelete(c, cell) }, 'Delete'));
           return [h('tr', { class: 'cred-row', dataset: { id: c.id } },
-            h('td', { class: 'mono' }, c.id), h('td', {}, c.signatureScheme), h('td', {}, c.hasBearerToken ? 'set' : '—'),
+            h('td', {}, h('div', { class: 'cred-name' }, c.name ? h('div', { class: 'sub-name' }, c.name) : h('div', { class: 'muted' }, 'unnamed'),
+              h('div', { class: 'mono small muted' }, c.id)),
+            h('button', { class: 'btn btn-sm btn-ghost rename', dataset: { rename: c.id }, onclick: () => rename(c) }, 'Rename')),
+            h('td', {}, c.signatureScheme), h('td', {}, c.hasBearerToken ? 'set' : '—'),
+            h('td', { class: 'cred-usage' }, usageText(c.usage)),
             h('td', { class: 'prev-until' }, c.previousSecretExpiresAt ? fmtTime(c.previousSecretExpiresAt) : '—'),
-            h('td', {}, fmtTime(c.createdAt)), h('td', {}, fmtTime(c.updatedAt)), cell), targetsRow(c)];
+            h('td', { title: 'updated ' + fmtTime(c.updatedAt) }, fmtTime(c.createdAt)), cell), targetsRow(c)];
         }))))));
     } catch (e) {
       clear(list, errorBox(e));
@@ -130,6 +164,22 @@ export function credentialsPage(main) {
   }
   load();
   return null;
+}
+
+// credentialsLabel is credentials' name with their id, or the id alone.
+export function credentialsLabel(c) {
+  return c.name
+    ? h('span', { class: 'cred-label' }, h('strong', {}, c.name), ' ', h('span', { class: 'mono muted small' }, c.id))
+    : h('span', { class: 'mono' }, c.id);
+}
+
+// usageText says where credentials are used.
+function usageText(u) {
+  if (!u) return '—';
+  const parts = [];
+  if (u.subscriptions) parts.push(`${u.subscriptions} subscription${u.subscriptions === 1 ? '' : 's'}`);
+  if (u.liveJobs) parts.push(`${u.liveJobs.toLocaleString()}${u.liveJobsExact ? '' : '+'} live job${u.liveJobs === 1 ? '' : 's'}`);
+  return parts.length ? parts.join(' · ') : h('span', { class: 'muted' }, 'unused');
 }
 
 const targetsHint = 'Where these credentials may be sent: origins (https://partner.example, with the port when it is not the default), ' +

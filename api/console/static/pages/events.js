@@ -202,7 +202,7 @@ export function subscriptionPage(main, id) {
     headers.value = Object.entries(s.headers).map(([k, v]) => `${k}: ${v}`).join('\n');
     const credSel = h('select', { name: 'credentialsId', id: 'sub-credentialsId' },
       h('option', { value: '' }, 'none (unsigned)'),
-      credentials.map((c) => h('option', { value: c.id }, `${c.id} · ${c.signatureScheme}`)));
+      credentials.map((c) => h('option', { value: c.id }, c.name ? `${c.name} · ${c.id} · ${c.signatureScheme}` : `${c.id} · ${c.signatureScheme}`)));
     if (s.credentialsId && !credentials.some((c) => c.id === s.credentialsId)) credSel.append(h('option', { value: s.credentialsId }, s.credentialsId));
     credSel.value = s.credentialsId || '';
     const retries = inp('maxRetries', s.maxRetries, { type: 'number', min: 1, max: 50 });

@@ -1,5 +1,6 @@
 import { h, clear, errorBox, empty, statusChip, fmtTime, ago, ms, toast, prettyPayload } from '../dom.js';
 import * as api from '../api.js';
+import { credentialsLabel } from './credentials.js';
 
 const statuses = ['PENDING', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'ERROR', 'CANCELLED', 'EXPIRED'];
 
@@ -119,18 +120,21 @@ export function jobPage(main, id) {
   clear(main, h('div', { class: 'loading' }, 'Loading…'));
   let stopped = false;
   async function load() {
-    let job, attempts;
+    let job, attempts, creds = null;
     try {
       [job, attempts] = await Promise.all([api.get('/api/dispatch/jobs/' + encodeURIComponent(id)),
         api.get('/api/dispatch/jobs/' + encodeURIComponent(id) + '/attempts')]);
+      // The credentials' name: the console's session may read them; an
+      // API token alone may not, and they may have been deleted.
+      if (job.credentialsId) creds = await api.get('/api/admin/dispatch/credentials/' + job.credentialsId).catch(() => null);
     } catch (e) {
       clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id))), errorBox(e));
       return;
     }
     if (stopped) return;
-    render(job, attempts);
+    render(job, attempts, creds);
   }
-  function render(job, attempts) {
+  function render(job, attempts, creds) {
     const actions = h('div', { class: 'actions' });
     if (job.status === 'PENDING' || job.status === 'FAILED') {
       actions.append(h('button', { class: 'btn btn-danger', id: 'cancel', onclick: () => act('cancel') }, 'Cancel job'));
@@ -156,7 +160,9 @@ export function jobPage(main, id) {
           row('Created', fmtTime(job.createdAt)), row('Updated', fmtTime(job.updatedAt)),
           row('Scheduled for', job.scheduledFor && fmtTime(job.scheduledFor)), row('Expires', job.expiresAt && fmtTime(job.expiresAt)),
           row('Next attempt', job.nextAttemptAt && fmtTime(job.nextAttemptAt)), row('Completed', job.completedAt && fmtTime(job.completedAt)),
-          row('Credentials', job.credentialsId), row('Idempotency key', job.idempotencyKey),
+          row('Credentials', job.credentialsId && h('a', { href: '#/credentials', id: 'job-credentials' },
+            creds ? credentialsLabel(creds) : h('span', { class: 'mono' }, job.credentialsId))),
+          row('Idempotency key', job.idempotencyKey),
           row('Replay of', job.replayOf && h('a', { href: '#/jobs/' + job.replayOf, class: 'mono' }, job.replayOf)),
           job.eventId ? row('Event', h('a', { href: '#/events/' + job.eventId, class: 'mono', id: 'job-event' }, job.eventId)) : null,
           job.subscriptionId ? row('Subscription', h('a', { href: '#/subscriptions/' + job.subscriptionId, class: 'mono' }, job.subscriptionId)) : null)),
