@@ -21,13 +21,21 @@ func (b StatsBucket) Attempts() int64 {
 	return b.Success + b.Failure + b.Timeout + b.NetworkError + b.Blocked
 }
 
-// Stats are delivery attempts over a window, per bucket and in total.
+// Stats are delivery attempts over a window, per bucket and in total, and
+// the jobs that finished in it.
 type Stats struct {
 	From, To time.Time
 	Bucket   time.Duration
 	Buckets  []StatsBucket // every bucket from From to To, empty ones included
 	Total    StatsBucket   // the whole window (Start = From)
+	// JobsFailed is the jobs that ended undelivered in the window (ERROR or
+	// EXPIRED). The jobs delivered in it are Total.Success: a job completes
+	// with its one successful attempt.
+	JobsFailed int64
 }
+
+// JobsDelivered is the jobs that were delivered (COMPLETED) in the window.
+func (s Stats) JobsDelivered() int64 { return s.Total.Success }
 
 // HealthWindow is how many of a subscription's last finished jobs its
 // health counts.

@@ -439,6 +439,39 @@ func TestSubscriptionsShowTheirHealth(t *testing.T) {
 	}
 }
 
+// The success rate that matters to a sender is per job: of the jobs that
+// finished in the window, the share delivered. A job delivered on its
+// second try is one delivered job (and one failed attempt); a job still
+// waiting for a retry has not finished; a cancelled one does not count.
+func TestStatsSuccessRateIsPerJob(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	retried, once, dead, waiting, cancelled := f.createJob(t), f.createJob(t), f.createJob(t), f.createJob(t), f.createJob(t)
+	f.runAttempt(t, retried.ID, dispatch.AttemptFailure, 503, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503",
+		NextAttemptAt: time.Now().Add(-time.Second)})
+	f.runAttempt(t, retried.ID, dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+	f.runAttempt(t, once.ID, dispatch.AttemptSuccess, 200, dispatch.Transition{Status: dispatch.StatusCompleted})
+	f.runAttempt(t, dead.ID, dispatch.AttemptFailure, 410, dispatch.Transition{Status: dispatch.StatusError, LastError: "HTTP 410"})
+	f.runAttempt(t, waiting.ID, dispatch.AttemptFailure, 503, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503",
+		NextAttemptAt: time.Now().Add(time.Hour)})
+	f.do(t, "POST", "/api/dispatch/jobs/"+cancelled.ID+"/cancel", "").want(t, http.StatusOK)
+
+	var s struct {
+		Totals struct {
+			Attempts, Success, JobsDelivered, JobsFailed int
+			SuccessRate, JobSuccessRate                  *float64
+		}
+	}
+	f.do(t, "GET", "/api/dispatch/stats", "").want(t, http.StatusOK).decode(t, &s)
+	tt := s.Totals
+	if tt.Attempts != 5 || tt.Success != 2 || tt.SuccessRate == nil || *tt.SuccessRate != 0.4 {
+		t.Errorf("attempts: %+v, want 2 of 5 succeeded", tt)
+	}
+	if tt.JobsDelivered != 2 || tt.JobsFailed != 1 || tt.JobSuccessRate == nil || *tt.JobSuccessRate < 0.66 || *tt.JobSuccessRate > 0.67 {
+		t.Errorf("jobs: %d delivered, %d failed, rate %v; want 2 of the 3 finished jobs delivered", tt.JobsDelivered, tt.JobsFailed, tt.JobSuccessRate)
+	}
+}
+
 // Credentials have a name people know them by, set on create and changed
 // with PATCH (alone, or with allowedTargets), and say where they are used:
 // by how many subscriptions and how many live jobs (finished ones do not

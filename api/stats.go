@@ -39,6 +39,12 @@ type statsTotalView struct {
 	statsBucketView
 	// SuccessRate is successes / attempts (nil with no attempts).
 	SuccessRate *float64 `json:"successRate"`
+	// The jobs that finished in the window: delivered (COMPLETED) or not
+	// (ERROR, EXPIRED); JobSuccessRate is delivered / finished (nil with
+	// none finished).
+	JobsDelivered  int64    `json:"jobsDelivered"`
+	JobsFailed     int64    `json:"jobsFailed"`
+	JobSuccessRate *float64 `json:"jobSuccessRate"`
 }
 
 type statsView struct {
@@ -68,6 +74,11 @@ func (s *Server) stats(c *gin.Context) {
 	if n := st.Total.Attempts(); n > 0 {
 		rate := float64(st.Total.Success) / float64(n)
 		v.Totals.SuccessRate = &rate
+	}
+	v.Totals.JobsDelivered, v.Totals.JobsFailed = st.JobsDelivered(), st.JobsFailed
+	if n := st.JobsDelivered() + st.JobsFailed; n > 0 {
+		rate := float64(st.JobsDelivered()) / float64(n)
+		v.Totals.JobSuccessRate = &rate
 	}
 	for i, b := range st.Buckets {
 		v.Buckets[i] = viewStatsBucket(b)

@@ -27,6 +27,13 @@ WHERE attempted_at >= $1 AND attempted_at < $2
 GROUP BY ROLLUP (1)
 ORDER BY 1 NULLS FIRST`
 
+// failedJobsQuery counts the jobs that ended undelivered in a window: an
+// index-only scan of idx_dispatch_failed_done, whose entries are those
+// jobs only.
+const failedJobsQuery = `
+SELECT count(*) FROM dispatch_job
+WHERE status IN ('ERROR', 'EXPIRED') AND completed_at >= $1 AND completed_at < $2`
+
 // Stats returns the delivery attempts of [to-window, to) in buckets of
 // bucket, aligned to bucket boundaries; every bucket is present, empty
 // ones with zero counts.
@@ -60,7 +67,10 @@ func (s *Store) Stats(ctx context.Context, to time.Time, window, bucket time.Dur
 			b.Start = start.UTC()
 			byStart[b.Start] = b
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, failedJobsQuery, from, end).Scan(&out.JobsFailed)
 	})
 	if err != nil {
 		return out, fmt.Errorf("store: stats: %w", err)

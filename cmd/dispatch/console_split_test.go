@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +31,18 @@ func (b *browser) text(selector string) string {
 }
 
 // hangingReceiver answers /ok at once, /gone with 410 (not retried: the
-// job ends in ERROR), and holds /hang until the test ends.
+// job ends in ERROR), /flaky with 503 the first time and 200 after, and
+// holds /hang until the test ends.
 func hangingReceiver(t *testing.T) *httptest.Server {
 	release := make(chan struct{})
+	var flaky atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case "/flaky":
+			if flaky.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
 		case "/hang":
 			select {
 			case <-release:
@@ -76,7 +84,9 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	waiting := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok",
 		"payload": `{"n":2}`, "groupId": "customer-1"})
 	done := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok", "payload": `{"n":3}`})
+	retried := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/flaky", "payload": `{"n":4}`})
 	in.waitStatus(done.ID, 30*time.Second, "COMPLETED")
+	in.waitStatus(retried.ID, 30*time.Second, "COMPLETED")
 
 	b := newBrowser(t, in.apiURL)
 	b.signIn()
@@ -95,6 +105,14 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^\d+$`).MatchString(b.text("#backlog-queue .mini-value")) {
 		t.Errorf("the queue's depth reads %q, want a count", b.text("#backlog-queue .mini-value"))
+	}
+	// Both finished jobs were delivered, one on its second attempt: the
+	// success rate is per job (2 of 2), the attempts' (2 of 3) beside it.
+	if got := b.text("#card-success .stat-value"); got != "100.0%" {
+		t.Errorf("the success rate reads %q, want 100.0%% (both finished jobs delivered)", got)
+	}
+	if got := b.text("#card-success .stat-sub"); got != "2 of 2 finished jobs delivered · 66.6% of attempts" {
+		t.Errorf("under the success rate: %q", got)
 	}
 	// Loopback deliveries take well under a millisecond: never "0 ms".
 	for _, sel := range []string{"#card-p50 .stat-value", "#card-p99 .stat-value"} {

@@ -42,7 +42,7 @@ function healthCell(s) {
   const hl = s.health;
   if (!hl) return null;
   if (!hl.recentJobs) return h('div', { class: 'health' }, h('span', { class: 'muted small' }, 'no deliveries yet'));
-  const pct = Math.floor(hl.successRate * 1000) / 10;
+  const pct = Math.floor(hl.successRate * 1000 + 1e-6) / 10;
   const tone = hl.successRate >= 0.99 ? 'ok' : hl.successRate >= 0.9 ? 'warn' : 'bad';
   return h('div', { class: 'health' },
     h('div', {}, h('span', { class: 'rate rate-' + tone }, pct + '%'),

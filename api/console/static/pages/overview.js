@@ -56,10 +56,13 @@ export function overviewPage(main) {
     plots.forEach((p) => p.destroy());
     plots = [];
     const t = stats.totals;
-    const rate = t.successRate === null ? '—' : (t.successRate * 100).toFixed(1) + '%';
+    const pct = (r) => (r === null ? '—' : (Math.floor(r * 1000 + 1e-6) / 10).toFixed(1) + '%');
+    const finished = t.jobsDelivered + t.jobsFailed;
     const cards = h('div', { class: 'cards' },
       card('Deliveries', t.attempts.toLocaleString(), 'attempts in the last hour', 'card-attempts'),
-      card('Success rate', rate, `${t.success.toLocaleString()} succeeded`, 'card-success'),
+      card('Success rate', pct(t.jobSuccessRate), finished
+        ? `${t.jobsDelivered.toLocaleString()} of ${finished.toLocaleString()} finished job${finished === 1 ? '' : 's'} delivered · ${pct(t.successRate)} of attempts`
+        : 'no job finished in the last hour', 'card-success'),
       card('Latency p50', ms(t.p50Millis, true), 'per attempt', 'card-p50'),
       card('Latency p99', ms(t.p99Millis, true), 'per attempt', 'card-p99'),
       h('a', { href: '#/dead-letters', class: 'card stat card-link', id: 'card-dead' },
