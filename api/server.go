@@ -54,6 +54,9 @@ type Store interface {
 	PublishEvent(ctx context.Context, e *dispatch.Event, data any) (dispatch.Event, bool, error)
 	GetEvent(ctx context.Context, id int64) (dispatch.Event, error)
 	SearchEvents(ctx context.Context, f dispatch.EventFilter, page, size int) ([]dispatch.Event, int, error)
+	CreateAlertDestination(ctx context.Context, d *dispatch.AlertDestination) error
+	ListAlertDestinations(ctx context.Context) ([]dispatch.AlertDestination, error)
+	DeleteAlertDestination(ctx context.Context, id int64) error
 }
 
 // Processor decides what happens to one message pointer.
@@ -281,6 +284,9 @@ func (s *Server) routes() *gin.Engine {
 	admin.PATCH("/credentials/:id", s.limitBody, s.patchCredentials)
 	admin.DELETE("/credentials/:id", s.deleteCredentials)
 	admin.POST("/credentials/:id/rotate", s.limitBody, s.rotateCredentials)
+	admin.POST("/alerts/destinations", s.limitBody, s.createAlertDestination)
+	admin.GET("/alerts/destinations", s.listAlertDestinations)
+	admin.DELETE("/alerts/destinations/:id", s.deleteAlertDestination)
 	return e
 }
 

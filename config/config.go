@@ -52,6 +52,14 @@ const (
 	// DefaultSubscriptionDisableAfter is how long a subscription may fail
 	// every delivery before it is disabled (5 days, as Svix).
 	DefaultSubscriptionDisableAfter = 120 * time.Hour
+	// Operational alerts: at most one alert per destination and kind per
+	// DefaultAlertWindow; DefaultAlertExhaustedThreshold jobs of one source
+	// and type exhausting their retries within DefaultAlertExhaustedWindow,
+	// or a due job waiting DefaultAlertBacklogAge, raise one.
+	DefaultAlertWindow             = time.Minute
+	DefaultAlertExhaustedThreshold = 10
+	DefaultAlertExhaustedWindow    = 5 * time.Minute
+	DefaultAlertBacklogAge         = 15 * time.Minute
 	// DefaultRetention is how long finished jobs, their attempts and
 	// events are kept (30 days); DefaultPartitionInterval the width of a
 	// time partition of them.
@@ -171,6 +179,14 @@ type Config struct {
 	// SubscriptionDisableAfter disables a subscription whose jobs have all
 	// ended ERROR for this long; 0 turns automatic disabling off.
 	SubscriptionDisableAfter time.Duration
+	// AlertWindow is the least time between two alerts of one kind to one
+	// destination; AlertExhaustedThreshold (0: off) jobs of one source and
+	// type exhausting retries within AlertExhaustedWindow raise one, and so
+	// does a due job waiting longer than AlertBacklogAge (0: off).
+	AlertWindow             time.Duration
+	AlertExhaustedThreshold int
+	AlertExhaustedWindow    time.Duration
+	AlertBacklogAge         time.Duration
 	// Retention is how long finished jobs, their attempts and events are
 	// kept before their partition is dropped (0: kept forever);
 	// PartitionInterval the width of a partition.
@@ -228,6 +244,10 @@ func Load(getenv func(string) string) (Config, error) {
 		HTTPMaxConns:             r.int("DISPATCH_HTTP_MAX_CONNS", DefaultHTTPMaxConns, 16, 1_000_000),
 		AutoMigrate:              r.bool("DISPATCH_AUTO_MIGRATE", true),
 		SubscriptionDisableAfter: r.duration("DISPATCH_SUBSCRIPTION_DISABLE_AFTER", DefaultSubscriptionDisableAfter),
+		AlertWindow:              r.duration("DISPATCH_ALERT_WINDOW", DefaultAlertWindow),
+		AlertExhaustedThreshold:  r.int("DISPATCH_ALERT_EXHAUSTED_THRESHOLD", DefaultAlertExhaustedThreshold, 0, 1_000_000),
+		AlertExhaustedWindow:     r.duration("DISPATCH_ALERT_EXHAUSTED_WINDOW", DefaultAlertExhaustedWindow),
+		AlertBacklogAge:          r.duration("DISPATCH_ALERT_BACKLOG_AGE", DefaultAlertBacklogAge),
 		MaxFanout:                r.int("DISPATCH_MAX_FANOUT", DefaultMaxFanout, 1, 100_000),
 		Retention:                r.duration("DISPATCH_RETENTION", DefaultRetention),
 		PartitionInterval:        r.duration("DISPATCH_PARTITION_INTERVAL", DefaultPartitionInterval),
@@ -322,6 +342,14 @@ func (r *reader) crossCheck(c *Config) {
 	} else if c.ShutdownTimeout < c.DeliveryTimeout+MinShutdownMargin {
 		r.fail("DISPATCH_SHUTDOWN_TIMEOUT", "must be at least DISPATCH_DELIVERY_TIMEOUT + %v (%v): a graceful stop must let a delivery in progress finish and be recorded (got %v)",
 			MinShutdownMargin, c.DeliveryTimeout+MinShutdownMargin, c.ShutdownTimeout)
+	}
+	for name, d := range map[string]time.Duration{"DISPATCH_ALERT_WINDOW": c.AlertWindow, "DISPATCH_ALERT_EXHAUSTED_WINDOW": c.AlertExhaustedWindow} {
+		if d < time.Second || d > 24*time.Hour {
+			r.fail(name, "must be between 1s and 24h (got %v)", d)
+		}
+	}
+	if c.AlertBacklogAge != 0 && c.AlertBacklogAge < time.Second {
+		r.fail("DISPATCH_ALERT_BACKLOG_AGE", "must be 0 (off) or at least 1s (got %v)", c.AlertBacklogAge)
 	}
 	if c.BreakerFailures > 0 && c.BreakerOpen < time.Second {
 		r.fail("DISPATCH_BREAKER_OPEN", "must be at least 1s while DISPATCH_BREAKER_FAILURES is above 0 (the breaker library reads 0 as 60s; set DISPATCH_BREAKER_FAILURES=0 to turn breaking off) (got %v)",

@@ -96,10 +96,12 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		AutoMigrate:     true,
 		// 5 days, as Svix.
 		SubscriptionDisableAfter: 120 * time.Hour,
-		MaxFanout:                1000,
-		MaxFanoutBytes:           256 << 20,
-		Retention:                720 * time.Hour,
-		PartitionInterval:        24 * time.Hour,
+		AlertWindow:              time.Minute, AlertExhaustedThreshold: 10,
+		AlertExhaustedWindow: 5 * time.Minute, AlertBacklogAge: 15 * time.Minute,
+		MaxFanout:         1000,
+		MaxFanoutBytes:    256 << 20,
+		Retention:         720 * time.Hour,
+		PartitionInterval: 24 * time.Hour,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)

@@ -21,6 +21,18 @@ type Breakers struct {
 	open     time.Duration
 	mu       sync.Mutex
 	byHost   *cache.Cache
+	// changed, when set, is told each time a host's breaker opens or
+	// closes (operational alerts). It is called with the breaker's lock
+	// held, so it must not block.
+	changed func(host string, open bool)
+}
+
+// OnChange has fn told each time a host's breaker opens or closes; fn must
+// not block. Call it before the breakers are used.
+func (b *Breakers) OnChange(fn func(host string, open bool)) {
+	if b != nil {
+		b.changed = fn
+	}
 }
 
 type hostBreaker struct {
@@ -67,6 +79,9 @@ func (b *Breakers) get(host string) *hostBreaker {
 				hb.mu.Lock()
 				hb.openedAt = time.Now()
 				hb.mu.Unlock()
+			}
+			if b.changed != nil && to != gobreaker.StateHalfOpen {
+				b.changed(host, to == gobreaker.StateOpen)
 			}
 		},
 	})

@@ -50,6 +50,7 @@ type Processor struct {
 	traceContext func(ctx context.Context, id int64) (string, error)
 
 	groupAdvanced func() // see ProcessorConfig.GroupAdvanced
+	exhausted     func(source, typ string)
 }
 
 // ProcessorConfig configures a Processor.
@@ -75,6 +76,9 @@ type ProcessorConfig struct {
 	// TraceContext reads the trace context stored with a job (its create
 	// span), which each delivery span links to; only with a Tracer.
 	TraceContext func(ctx context.Context, id int64) (string, error)
+	// Exhausted, when set, is told of each job that has exhausted its
+	// retries, once it is recorded (operational alerts). It must not block.
+	Exhausted func(source, typ string)
 }
 
 // NewProcessor returns a Processor.
@@ -92,7 +96,7 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
 		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now, groupAdvanced: cfg.GroupAdvanced,
-		tracer: cfg.Tracer, traceContext: cfg.TraceContext,
+		tracer: cfg.Tracer, traceContext: cfg.TraceContext, exhausted: cfg.Exhausted,
 	}
 }
 
@@ -308,6 +312,9 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 				log.Warn("attempt recorded, but the claim was taken over meanwhile; job state left to the new holder")
 			} else {
 				p.metrics.finish(j, d, t.Status, exhausted)
+				if exhausted && p.exhausted != nil {
+					p.exhausted(j.Source, j.Type)
+				}
 				if j.GroupID != "" && t.Status.Terminal() && p.groupAdvanced != nil {
 					p.groupAdvanced()
 				}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/alert"
 	"github.com/dispatchhq/dispatch/api"
 	"github.com/dispatchhq/dispatch/config"
 	"github.com/dispatchhq/dispatch/mediator"
@@ -394,6 +395,12 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Tracer: tracer,
 		})
 		breakers := mediator.NewBreakers(a.cfg.BreakerFailures, a.cfg.BreakerOpen)
+		// Operational alerts: what this process sees (breakers, exhausted
+		// retries, the backlog) is recorded in the database, and due alert
+		// jobs are made there, once across replicas.
+		alerts := alert.New(st, alert.Config{Window: a.cfg.AlertWindow, ExhaustedThreshold: a.cfg.AlertExhaustedThreshold,
+			ExhaustedWindow: a.cfg.AlertExhaustedWindow, BacklogAge: a.cfg.AlertBacklogAge, Logger: a.log})
+		breakers.OnChange(alerts.BreakerChanged)
 		procBreakers = breakers
 		if err := a.reg.Register(openBreakersGauge(breakers)); err != nil {
 			return err
@@ -404,6 +411,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
 			GroupAdvanced: publisher.Notify, // a stepped-aside successor goes out at once
 			Tracer:        tracer, TraceContext: st.TraceContext,
+			Exhausted: alerts.Exhausted,
 		})
 		if withRouter && !a.cfg.ProcessURLSet {
 			local = mediator.NewLocal(processor)
@@ -423,6 +431,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
+		g.Go(func() error { return alerts.Run(gctx) })
 		g.Go(func() error { return st.RunHistory(gctx, a.history(), a.log) })
 		if err := a.reg.Register(newStorageCollector(st.Storage)); err != nil {
 			return err

@@ -1,0 +1,172 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// AlertSource is the source of every alert job.
+const AlertSource = "dispatch.alerts"
+
+// Alert destination kinds.
+const (
+	// AlertWebhook receives the alert as JSON, signed with the
+	// destination's credentials (dispatch's own signature).
+	AlertWebhook = "webhook"
+	// AlertSlack is a Slack-compatible incoming webhook: the body is
+	// {"text": "..."}.
+	AlertSlack = "slack"
+)
+
+// Alert kinds: the type of each alert job.
+const (
+	AlertSubscriptionDisabled = "subscription.disabled"
+	AlertSubscriptionEnabled  = "subscription.enabled"
+	AlertBreakerOpened        = "breaker.opened"
+	AlertBreakerClosed        = "breaker.closed"
+	AlertJobsExhausted        = "jobs.exhausted"
+	AlertBacklogOld           = "backlog.old"
+)
+
+// AlertKinds lists every alert kind.
+var AlertKinds = []string{AlertSubscriptionDisabled, AlertSubscriptionEnabled, AlertBreakerOpened,
+	AlertBreakerClosed, AlertJobsExhausted, AlertBacklogOld}
+
+// AlertDestination is where operational alerts go.
+type AlertDestination struct {
+	ID            int64
+	Name          string
+	Kind          string // AlertWebhook or AlertSlack
+	URL           string
+	CredentialsID int64 // signs a webhook; 0 for Slack
+	CreatedAt     time.Time
+}
+
+// AlertEvent is one thing that happened: a subscription disabled, a
+// breaker opened for a host, ...
+type AlertEvent struct {
+	Kind    string    `json:"-"`
+	Subject string    `json:"subject"`
+	Detail  string    `json:"detail,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// AlertDue is what one alert job tells one destination: the events of one
+// kind since its last alert of that kind (Count of them; Events holds the
+// first few).
+type AlertDue struct {
+	Destination AlertDestination
+	Kind        string
+	Count       int
+	Since       time.Time // the first event's time
+	Events      []AlertEvent
+	// Key names the batch (destination, kind, last event): the job's
+	// idempotency key.
+	Key string
+}
+
+// alertNouns says what Count counts, per kind.
+var alertNouns = map[string][2]string{
+	AlertSubscriptionDisabled: {"subscription disabled", "subscriptions disabled"},
+	AlertSubscriptionEnabled:  {"subscription enabled again", "subscriptions enabled again"},
+	AlertBreakerOpened:        {"target's circuit breaker opened", "targets' circuit breakers opened"},
+	AlertBreakerClosed:        {"target's circuit breaker closed", "targets' circuit breakers closed"},
+	AlertJobsExhausted:        {"source/type exhausting retries above the threshold", "sources/types exhausting retries above the threshold"},
+	AlertBacklogOld:           {"time the oldest pending job passed the threshold", "times the oldest pending job passed the threshold"},
+}
+
+// Summary is the alert's one line: "7 subscriptions disabled since …".
+func (a AlertDue) Summary() string {
+	noun := alertNouns[a.Kind]
+	if a.Count == 1 {
+		return fmt.Sprintf("dispatch: 1 %s: %s", noun[0], a.Events[0].Subject)
+	}
+	return fmt.Sprintf("dispatch: %d %s since %s", a.Count, noun[1], a.Since.UTC().Format(time.RFC3339))
+}
+
+// AlertMaxRetries is how often an alert job is retried.
+const AlertMaxRetries = 10
+
+// Job is the alert job for the destination: a JSON document for a
+// webhook, {"text": …} for Slack.
+func (a AlertDue) Job() *Job {
+	var body any
+	if a.Destination.Kind == AlertSlack {
+		var b strings.Builder
+		b.WriteString(a.Summary())
+		for _, e := range a.Events {
+			b.WriteString("\n• " + e.Subject)
+			if e.Detail != "" {
+				b.WriteString(": " + e.Detail)
+			}
+		}
+		if more := a.Count - len(a.Events); more > 0 {
+			fmt.Fprintf(&b, "\n… and %d more", more)
+		}
+		body = map[string]string{"text": b.String()}
+	} else {
+		body = struct {
+			Type    string       `json:"type"`
+			Summary string       `json:"summary"`
+			Count   int          `json:"count"`
+			Since   time.Time    `json:"since"`
+			Events  []AlertEvent `json:"events"`
+		}{a.Kind, a.Summary(), a.Count, a.Since.UTC(), a.Events}
+	}
+	payload, _ := json.Marshal(body)
+	return &Job{
+		Source: AlertSource, Type: a.Kind, TargetURL: a.Destination.URL, Protocol: ProtocolHTTPWebhook,
+		Payload: string(payload), PayloadContentType: "application/json",
+		CredentialsID: a.Destination.CredentialsID, MaxRetries: AlertMaxRetries, RetryStrategy: RetryExponential,
+		IdempotencyKey: a.Key,
+		Metadata:       map[string]string{"alertDestinationId": FormatID(a.Destination.ID), "alertCount": fmt.Sprint(a.Count)},
+	}
+}
+
+// ParseAlertDestination validates a create body: name, kind (webhook or
+// slack), url (as a job's targetUrl) and, for a webhook, credentialsId
+// (whose allowedTargets the store checks against url).
+func ParseAlertDestination(body []byte, rules JobRules) (*AlertDestination, error) {
+	fields, p := decodeObject(body)
+	if fields == nil {
+		return nil, p.Err()
+	}
+	for k := range fields {
+		switch k {
+		case "name", "kind", "url", "credentialsId":
+		default:
+			p.Add(k, "unknown field")
+		}
+	}
+	d := fieldDecoder{fields: fields, p: &p}
+	dest := &AlertDestination{Name: d.str("name", 200, true), Kind: d.str("kind", 16, true), URL: d.str("url", MaxURLLen, true)}
+	if dest.URL != "" {
+		validateTarget(&p, "url", dest.URL, rules)
+	}
+	if d.present("credentialsId") {
+		if id, ok := d.id("credentialsId"); ok {
+			dest.CredentialsID = id
+		} else {
+			p.Add("credentialsId", "must be a credentials id")
+		}
+	}
+	switch dest.Kind {
+	case AlertWebhook:
+		if !d.present("credentialsId") {
+			p.Add("credentialsId", "is required for a webhook: alerts are signed")
+		}
+	case AlertSlack:
+		if d.present("credentialsId") {
+			p.Add("credentialsId", "is not used by a slack destination (an incoming-webhook URL is its own secret)")
+		}
+	case "":
+	default:
+		p.Add("kind", "must be webhook or slack")
+	}
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	return dest, nil
+}
