@@ -1,6 +1,7 @@
 package mediator_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,29 @@ func TestBreakerOpenListsOpenHostsOnly(t *testing.T) {
 	}
 	if left := time.Until(open[0].Until); left < 50*time.Second || left > time.Minute {
 		t.Errorf("open until %v from now, want about a minute", left)
+	}
+}
+
+func TestBreakerTellsWhenItOpensAndCloses(t *testing.T) {
+	b := mediator.NewBreakers(2, 50*time.Millisecond)
+	var changes []string
+	b.OnChange(func(host string, open bool) {
+		state := "closed"
+		if open {
+			state = "opened"
+		}
+		changes = append(changes, host+" "+state)
+	})
+	fail(t, b, "a.example:443", 2)
+	// Once open, the trial request is let through; it succeeds and closes it.
+	var done func(bool)
+	waitUntil(t, 5*time.Second, "the open breaker lets a trial through", func() bool {
+		var ok bool
+		done, _, ok = b.Allow("a.example:443")
+		return ok
+	})
+	done(false)
+	if got := strings.Join(changes, ", "); got != "a.example:443 opened, a.example:443 closed" {
+		t.Errorf("changes: %s", got)
 	}
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -130,6 +129,24 @@ func (s *Store) CountExhausted(ctx context.Context, source, typ string, windowSt
 // replicas flushing at once claim each window once. It returns how many
 // jobs it made.
 func (s *Store) FlushAlerts(ctx context.Context, now time.Time, window time.Duration) (int, error) {
+	for try := 0; ; try++ {
+		made, err := s.flushAlertsOnce(ctx, now, window)
+		if try < 3 && noPartition(err) { // as CreateJobs: make the partition, then again
+			if err = s.makeRoom(ctx); err == nil {
+				continue
+			}
+		}
+		if try < 3 && idClash(err) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("store: flush alerts: %w", err)
+		}
+		return made, nil
+	}
+}
+
+func (s *Store) flushAlertsOnce(ctx context.Context, now time.Time, window time.Duration) (int, error) {
 	var made int
 	var hand = func(bool) {}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -196,10 +213,7 @@ func (s *Store) FlushAlerts(ctx context.Context, now time.Time, window time.Dura
 		return err
 	})
 	hand(err == nil)
-	if err != nil {
-		return 0, fmt.Errorf("store: flush alerts: %w", err)
-	}
-	return made, nil
+	return made, err
 }
 
 // PruneAlerts forgets events every destination has been sent and that
@@ -209,8 +223,8 @@ func (s *Store) PruneAlerts(ctx context.Context, before time.Time) error {
 		WITH c AS (DELETE FROM dispatch_alert_count WHERE window_start < $1)
 		DELETE FROM dispatch_alert_event WHERE created_at < $1
 			AND id <= COALESCE((SELECT min(last_event_id) FROM dispatch_alert_window), (SELECT max(id) FROM dispatch_alert_event))`, before)
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if err != nil {
 		return fmt.Errorf("store: prune alerts: %w", err)
 	}
-	return err
+	return nil
 }

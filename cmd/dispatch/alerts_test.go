@@ -228,3 +228,25 @@ func TestAlertDestinationsAreAdminsAndValidated(t *testing.T) {
 		t.Errorf("delete again: %d", code)
 	}
 }
+
+func TestFailingTargetAlertsItsBreakerAndExhaustedRetries(t *testing.T) {
+	t.Parallel()
+	in := start(t, "all", map[string]string{"DISPATCH_BREAKER_FAILURES": "2", "DISPATCH_BREAKER_OPEN": "1m",
+		"DISPATCH_ALERT_EXHAUSTED_THRESHOLD": "2", "DISPATCH_ALERT_WINDOW": "1s"})
+	slack := newReceiver(t, nil)
+	in.alertDestination(map[string]any{"name": "chat", "kind": "slack", "url": slack.URL})
+	down := newReceiver(t, func(int, *http.Request, []byte) int { return http.StatusServiceUnavailable })
+	for range 2 {
+		j := in.createJob(jobBody(down.URL, map[string]any{"maxRetries": 1}))
+		in.waitStatus(j.ID, 20*time.Second, "ERROR")
+	}
+	host := strings.TrimPrefix(down.URL, "http://")
+	eventually(t, 30*time.Second, func() bool {
+		var opened, exhausted bool
+		for _, text := range slackTexts(t, slack) {
+			opened = opened || strings.Contains(text, "circuit breaker opened") && strings.Contains(text, host)
+			exhausted = exhausted || strings.Contains(text, "exhausting retries") && strings.Contains(text, "order-service / order.created")
+		}
+		return opened && exhausted
+	}, func() string { return fmt.Sprintf("slack got %q", slackTexts(t, slack)) })
+}
