@@ -3,6 +3,7 @@ import * as api from './api.js';
 import { overviewPage } from './pages/overview.js';
 import { jobsPage, jobPage, deadLettersPage } from './pages/jobs.js';
 import { credentialsPage } from './pages/credentials.js';
+import { alertsPage } from './pages/alerts.js';
 import { subscriptionsPage, subscriptionPage, eventsPage, eventPage } from './pages/events.js';
 
 const app = document.getElementById('app');
@@ -14,6 +15,7 @@ const nav = [
   { path: 'events', label: 'Events', page: eventsPage },
   { path: 'subscriptions', label: 'Subscriptions', page: subscriptionsPage },
   { path: 'credentials', label: 'Credentials', page: credentialsPage },
+  { path: 'alerts', label: 'Alerts', page: alertsPage },
 ];
 
 let main;
