@@ -97,7 +97,7 @@ func TestDisabledSubscriptionAlertsEachDestinationOnce(t *testing.T) {
 	in.alertDestination(map[string]any{"name": "ops slack", "kind": "slack", "url": slack.URL + "/services/T0/B0/x"})
 
 	gone := newReceiver(t, func(int, *http.Request, []byte) int { return http.StatusGone })
-	sub := in.subscribe(map[string]any{"name": "gone-away", "url": gone.URL, "eventTypes": []string{"*"}})
+	sub := in.subscribe(map[string]any{"name": "gone-away", "url": gone.URL + "/hook?token=secret-in-query", "eventTypes": []string{"*"}})
 	e := in.publish(map[string]any{"source": "s", "type": "ping", "data": 1}, http.StatusCreated)
 	in.waitEventDone(e.ID, 20*time.Second)
 
@@ -116,8 +116,9 @@ func TestDisabledSubscriptionAlertsEachDestinationOnce(t *testing.T) {
 		!strings.Contains(b.Events[0].Detail, "failed") || !strings.Contains(b.Summary, "subscription disabled") {
 		t.Errorf("webhook alert %+v", b)
 	}
-	if texts := slackTexts(t, slack); !strings.Contains(texts[0], "1 subscription disabled") || !strings.Contains(texts[0], "gone-away") {
-		t.Errorf("slack text %q", texts[0])
+	if texts := slackTexts(t, slack); !strings.Contains(texts[0], "1 subscription disabled") || !strings.Contains(texts[0], "gone-away") ||
+		!strings.Contains(texts[0], gone.URL+"/hook") || strings.Contains(texts[0], "secret-in-query") {
+		t.Errorf("slack text %q: want the subscription named, its url without the query", texts[0])
 	}
 
 	// Enabled again: that alert comes after, and by then the disable was

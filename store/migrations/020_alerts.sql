@@ -61,15 +61,16 @@ CREATE TABLE dispatch_alert_count (
 
 -- A subscription disabled (by request or by the automatic disable) or
 -- enabled again records an event in the transaction that changes it,
--- whatever statement does it.
+-- whatever statement does it. The url is named without its query, which
+-- may hold a token.
 CREATE FUNCTION dispatch_subscription_alert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.status = 'DISABLED' THEN
         INSERT INTO dispatch_alert_event (kind, subject, detail)
-        VALUES ('subscription.disabled', NEW.name || ' (' || NEW.id || ', ' || NEW.url || ')', COALESCE(NEW.disabled_reason, ''));
+        VALUES ('subscription.disabled', NEW.name || ' (' || NEW.id || ', ' || split_part(NEW.url, '?', 1) || ')', COALESCE(NEW.disabled_reason, ''));
     ELSIF OLD.status = 'DISABLED' AND NEW.status = 'ACTIVE' THEN
         INSERT INTO dispatch_alert_event (kind, subject, detail)
-        VALUES ('subscription.enabled', NEW.name || ' (' || NEW.id || ', ' || NEW.url || ')', '');
+        VALUES ('subscription.enabled', NEW.name || ' (' || NEW.id || ', ' || split_part(NEW.url, '?', 1) || ')', '');
     END IF;
     RETURN NULL;
 END $$;
