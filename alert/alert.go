@@ -70,6 +70,9 @@ func New(st Store, cfg Config) *Notifier {
 	if cfg.ExhaustedWindow <= 0 {
 		cfg.ExhaustedWindow = 5 * time.Minute
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	return &Notifier{st: st, cfg: cfg, log: cfg.Logger.With("component", "alerts"),
 		breakers: make(chan breakerChange, 256), exhausted: map[[2]string]int{}}
 }
