@@ -216,6 +216,7 @@ func BenchmarkBytesPerDelivery(b *testing.B) {
 		if _, err := st.FinishAttempt(ctx, dispatch.Attempt{
 			JobID: j.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: t0, CompletedAt: time.Now(),
 			Status: dispatch.AttemptSuccess, ResponseCode: 200, ResponseBody: "ok",
+			RequestHeaders: requestHeaders(j.ID), ResponseHeaders: responseHeaders,
 		}, dispatch.Transition{Status: dispatch.StatusCompleted}); err != nil {
 			b.Fatal(err)
 		}
@@ -275,4 +276,20 @@ func orderPayload(n int) string {
 	}
 	fmt.Fprintf(&sb, `],"total":%d.%02d}}}`, rng.IntN(5000), rng.IntN(100))
 	return sb.String()
+}
+
+// requestHeaders and responseHeaders are what a delivery's attempt keeps
+// of a typical request (secrets redacted, as the sender stores them) and
+// of a small receiver's answer.
+func requestHeaders(jobID int64) map[string]string {
+	return map[string]string{
+		"Host": "hooks.example.com", "User-Agent": "dispatch/1.4.0", "Content-Type": "application/json",
+		"Content-Length": "1024", "Authorization": "[redacted]", "X-Flowcatalyst-Signature": "[redacted]",
+		"X-Flowcatalyst-Timestamp": "2026-11-25T10:04:28.165Z", "X-Dispatch-Job-Id": dispatch.FormatID(jobID),
+		"X-Dispatch-Attempt": "1",
+	}
+}
+
+var responseHeaders = map[string]string{
+	"Content-Type": "application/json", "Date": "Wed, 25 Nov 2026 10:04:28 GMT", "Content-Length": "2",
 }
