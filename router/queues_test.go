@@ -205,17 +205,27 @@ func TestShutdownReleasesEachMessageToItsQueue(t *testing.T) {
 	close(release)
 	<-m.done
 	m.done <- nil
-	visible := func(q sqstest.Queue) int {
-		attrs, err := q.Attributes(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ := strconv.Atoi(attrs["ApproximateNumberOfMessages"])
-		return n
-	}
 	// The one mediated was deleted; the others are visible again at once,
 	// each on its own queue (not after their 30 s visibility timeout).
-	eventually(t, 5*time.Second, func() bool { return visible(a)+visible(b) == 3 }, "the three unstarted messages visible again on their queues")
+	got := map[string][]string{}
+	eventually(t, 10*time.Second, func() bool {
+		for name, rq := range map[string]*router.Queue{"a": ra, "b": rb} {
+			msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				var p dispatch.Pointer
+				_ = json.Unmarshal([]byte(m.Body), &p)
+				got[name] = append(got[name], p.ID)
+			}
+		}
+		return len(got["a"])+len(got["b"]) >= 3
+	}, "the three unstarted messages visible again on their queues")
+	slices.Sort(got["b"])
+	if !slices.Equal(got["a"], []string{"2"}) || !slices.Equal(got["b"], []string{"11", "12"}) {
+		t.Errorf("after the stop queue a holds %v and b %v, want [2] and [11 12]", got["a"], got["b"])
+	}
 	if calls := m.med.seen(); len(calls) != 1 {
 		t.Errorf("mediated %v, want only the one in flight", calls)
 	}
