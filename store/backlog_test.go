@@ -1,9 +1,6 @@
 package store_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -89,54 +86,13 @@ func TestBacklogReadsOnlyLiveJobs(t *testing.T) {
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE dispatch_job`); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
-		t.Fatal(err)
-	}
-	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+store.BacklogQuery, time.Now()).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var filled []string // the partitions holding the jobs
-	rows, err := tx.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM dispatch_job`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		filled = append(filled, name)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if v["Node Type"] == "Seq Scan" && slices.Contains(filled, fmt.Sprint(v["Relation Name"])) {
-				t.Errorf("the backlog statement scans %s, which holds the history", v["Relation Name"])
-			}
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
+	e := explain(t, pool, false, store.BacklogQuery, time.Now())
+	plan := e.plan
+	for _, v := range e.nodes {
+		if v["Node Type"] == "Seq Scan" && e.onFilled(v) {
+			t.Errorf("the backlog statement scans %s, which holds the history", v["Relation Name"])
 		}
 	}
-	var doc any
-	if err := json.Unmarshal(plan, &doc); err != nil {
-		t.Fatal(err)
-	}
-	walk(doc)
 	if t.Failed() {
 		t.Logf("plan:\n%s", plan)
 	}

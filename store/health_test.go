@@ -1,9 +1,7 @@
 package store_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/dispatchhq/dispatch"
@@ -48,62 +46,21 @@ func TestSubscriptionHealthReadsThroughTheIndex(t *testing.T) {
 		t.Errorf("health of a subscription with no jobs = %+v", h)
 	}
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
-		t.Fatal(err)
-	}
-	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+store.HealthQuery, []int64{1, 2}, dispatch.HealthWindow).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(plan, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var filled []string // the partitions holding the jobs (an empty one may be planned any way: each costs nothing)
-	rows, err := tx.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM dispatch_job`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		filled = append(filled, name)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	e := explain(t, pool, true, store.HealthQuery, []int64{1, 2}, dispatch.HealthWindow)
+	plan := e.plan
 	var scanned []string
 	read := 0.0 // index entries read, over every loop
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if idx, _ := v["Index Name"].(string); idx != "" {
-				rows, _ := v["Actual Rows"].(float64)
-				removed, _ := v["Rows Removed by Filter"].(float64)
-				loops, _ := v["Actual Loops"].(float64)
-				read += (rows + removed) * loops
-			}
-			if slices.Contains(filled, fmt.Sprint(v["Relation Name"])) && (v["Node Type"] == "Seq Scan" || v["Node Type"] == "Bitmap Heap Scan") {
-				scanned = append(scanned, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"]))
-			}
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
+	for _, v := range e.nodes {
+		if idx, _ := v["Index Name"].(string); idx != "" {
+			rows, _ := v["Actual Rows"].(float64)
+			removed, _ := v["Rows Removed by Filter"].(float64)
+			loops, _ := v["Actual Loops"].(float64)
+			read += (rows + removed) * loops
+		}
+		if e.onFilled(v) && (v["Node Type"] == "Seq Scan" || v["Node Type"] == "Bitmap Heap Scan") {
+			scanned = append(scanned, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"]))
 		}
 	}
-	walk(doc)
 	if len(scanned) > 0 {
 		t.Errorf("the health statement scans dispatch_job: %v\n%s", scanned, plan)
 	}

@@ -441,3 +441,68 @@ func withParam(url, param string) string {
 	}
 	return url + "?" + param
 }
+
+// explained is a statement's plan as the console's reads are planned (for
+// their arguments, sequential scans allowed): every node, flattened, and
+// the partitions of dispatch_job that hold rows (an empty partition may be
+// planned any way: reading it costs nothing).
+type explained struct {
+	plan   []byte
+	nodes  []map[string]any
+	filled []string
+}
+
+// explain runs EXPLAIN (FORMAT JSON, and ANALYZE with analyze) of sql.
+func explain(t *testing.T, pool *pgxpool.Pool, analyze bool, sql string, args ...any) explained {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	opts := "FORMAT JSON"
+	if analyze {
+		opts = "ANALYZE, FORMAT JSON"
+	}
+	var e explained
+	if err := tx.QueryRow(ctx, "EXPLAIN ("+opts+") "+sql, args...).Scan(&e.plan); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM dispatch_job`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.filled, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(e.plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			e.nodes = append(e.nodes, v)
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	return e
+}
+
+// onFilled reports whether node reads a partition of dispatch_job that
+// holds rows.
+func (e explained) onFilled(node map[string]any) bool {
+	return slices.Contains(e.filled, fmt.Sprint(node["Relation Name"]))
+}

@@ -1,9 +1,7 @@
 package store_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,60 +39,19 @@ func TestStatsCountFailedJobsThroughTheirIndex(t *testing.T) {
 		t.Errorf("%d jobs ended undelivered in the last hour, want 4 (3 ERROR, 1 EXPIRED)", s.JobsFailed)
 	}
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
-		t.Fatal(err)
-	}
-	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+store.FailedJobsQuery, time.Now().Add(-time.Hour), time.Now()).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var filled []string
-	rows, err := tx.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM dispatch_job`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		filled = append(filled, name)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(plan, &doc); err != nil {
-		t.Fatal(err)
-	}
+	e := explain(t, pool, false, store.FailedJobsQuery, time.Now().Add(-time.Hour), time.Now())
+	plan := e.plan
 	var wrong []string
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			idx, _ := v["Index Name"].(string)
-			switch {
-			case !slices.Contains(filled, fmt.Sprint(v["Relation Name"])):
-			case v["Node Type"] == "Seq Scan" || v["Node Type"] == "Bitmap Heap Scan":
-				wrong = append(wrong, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"]))
-			case idx != "" && !strings.Contains(idx, "failed_done") && !strings.Contains(idx, "_completed_at_idx"):
-				wrong = append(wrong, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"], " using ", idx))
-			}
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
+	for _, v := range e.nodes {
+		idx, _ := v["Index Name"].(string)
+		switch {
+		case !e.onFilled(v):
+		case v["Node Type"] == "Seq Scan" || v["Node Type"] == "Bitmap Heap Scan":
+			wrong = append(wrong, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"]))
+		case idx != "" && !strings.Contains(idx, "failed_done") && !strings.Contains(idx, "_completed_at_idx"):
+			wrong = append(wrong, fmt.Sprint(v["Node Type"], " on ", v["Relation Name"], " using ", idx))
 		}
 	}
-	walk(doc)
 	if len(wrong) > 0 {
 		t.Errorf("the failed jobs' count reads dispatch_job otherwise than through idx_dispatch_failed_done: %v\n%s", wrong, plan)
 	}
