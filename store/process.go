@@ -465,7 +465,8 @@ func (s *Store) Unmark(ctx context.Context, ids []int64, mark time.Time) error {
 // send leases end, so the sweep leaves them to the queue. Only rows still
 // carrying the mark they were sent under change. The publisher confirms in
 // batches, about once a second; a claim confirms too, so most rows have
-// nothing left to confirm by then. It runs even when ctx has ended
+// nothing left to confirm by then. A job locked by another transaction
+// meanwhile is skipped, not waited for. It runs even when ctx has ended
 // (shutdown), or the sweep would send them again.
 func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 	if len(sent) == 0 {
@@ -477,10 +478,22 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 	for i, u := range sent {
 		ids[i], marks[i] = u.ID, u.Mark
 	}
+	// The rows are locked in id order and a locked one is skipped, so a
+	// confirmation never waits on, or deadlocks with, a claim or finish
+	// batch locking the same jobs in its own order (PostgreSQL found such a
+	// deadlock only after deadlock_timeout, stalling both for a second). A
+	// skipped job is being claimed, which ends its lease too, or re-marked;
+	// at worst its lease runs out and the sweep sends a spare pointer,
+	// which the processor drops.
 	_, err := s.pool.Exec(ctx, `
 		UPDATE dispatch_job j SET send_lease = NULL
-		FROM unnest($1::bigint[], $2::timestamptz[]) AS i(id, mark)
-		WHERE j.id = i.id AND j.queued_at = i.mark AND j.send_lease IS NOT NULL`, ids, marks)
+		FROM (
+			SELECT l.id FROM dispatch_job l
+			JOIN unnest($1::bigint[], $2::timestamptz[]) AS i(id, mark) ON l.id = i.id AND l.queued_at = i.mark
+			WHERE l.send_lease IS NOT NULL AND l.id BETWEEN $3 AND $4
+			ORDER BY l.id
+			FOR UPDATE OF l SKIP LOCKED) AS c
+		WHERE j.id = c.id AND j.id BETWEEN $3 AND $4`, ids, marks, slices.Min(ids), slices.Max(ids))
 	if err != nil {
 		return fmt.Errorf("store: confirm sent jobs: %w", err)
 	}

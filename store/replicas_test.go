@@ -175,6 +175,58 @@ func TestClaimEndsTheSendLease(t *testing.T) {
 	}
 }
 
+// A confirmation skips a job another transaction holds (a claim or finish
+// batch locking its rows in its own order) instead of waiting for it: the
+// two once deadlocked, and PostgreSQL noticed only after a second. The
+// held job's lease is left for the claim to end; the others are confirmed.
+func TestConfirmSentSkipsJobsHeldByAnotherTransaction(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	held, free := createJob(t, st), createJob(t, st)
+
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context()) //nolint:errcheck // the test's own lock
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM dispatch_job WHERE id = $1 FOR UPDATE`, held.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Were the held row waited for, ConfirmSent would block until the
+	// transaction ends; this context ends it with an error first.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- st.ConfirmSent(ctx, []dispatch.Unsent{{ID: held.ID, Mark: *held.QueuedAt}, {ID: free.ID, Mark: *free.QueuedAt}})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ConfirmSent: %v", err)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("ConfirmSent waited for a row another transaction holds")
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	leased := func(id int64) bool {
+		var on bool
+		if err := pool.QueryRow(t.Context(), `SELECT send_lease IS NOT NULL FROM dispatch_job WHERE id = $1`, id).Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		return on
+	}
+	if leased(free.ID) {
+		t.Error("the free job's send lease was not ended")
+	}
+	if !leased(held.ID) {
+		t.Error("the held job's lease ended although its row was locked")
+	}
+}
+
 // A create batch whose look-up of taken idempotency keys fails after its
 // insert committed stores each job once: the jobs it created are answered,
 // not inserted again one by one (a keyless one would be stored twice under
