@@ -157,7 +157,8 @@ fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME (30s), one at a time
 		done; \
 	done
 
-compose/check: ## Check that docker-compose.yml parses
+compose/check: ## Check docker-compose.yml: it parses, publishes on loopback, has what the README's compose section uses
+	go test -count=1 -run '^(TestComposePublishesOnLoopbackOnly|TestREADMEComposeSectionMatchesComposeFile)$$' ./cmd/dispatch
 	@if python3 -c 'import yaml' 2>/dev/null; then \
 		python3 -c 'import yaml,sys; yaml.safe_load(open(sys.argv[1]))' docker-compose.yml && \
 		echo "docker-compose.yml: valid YAML (PyYAML)"; \

@@ -15,7 +15,8 @@ import (
 // The README's walk-throughs work pasted whole, each block straight after
 // the one before, as a reader in a hurry pastes them: against `dispatch
 // all` in local mode (what `make run` starts), with the listener, the API
-// and /tmp moved to the test's own ports and directory.
+// and /tmp moved to the test's own ports and directory. Only the "##
+// Walk-through…" sections run; the others (Docker Compose) are not.
 func TestREADMEWalkThroughsRunPastedWhole(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -32,6 +33,11 @@ func TestREADMEWalkThroughsRunPastedWhole(t *testing.T) {
 	}
 	if script.Len() == 0 {
 		t.Fatal("no walk-through found in README.md")
+	}
+	// The compose section needs Docker: it is not a walk-through, and
+	// TestREADMEComposeSectionMatchesComposeFile checks it instead.
+	if strings.Contains(script.String(), "docker compose") {
+		t.Fatal(`a "## Walk-through" section runs docker compose, which this test cannot: keep it in its own section`)
 	}
 	in := start(t, "all", map[string]string{
 		"DISPATCH_INSECURE": "true", "DISPATCH_API_TOKENS": "", "DISPATCH_ADMIN_TOKEN": "", "DISPATCH_INTERNAL_TOKEN": "",
