@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -209,14 +210,18 @@ func (e *emulator) stop() {
 // privatePostgres is a PostgreSQL cluster of the test's own, which it may
 // restart; it lives under /tmp and runs as the postgres user when root.
 type privatePostgres struct {
-	t      *testing.T
-	dir    string
-	port   int
-	bin    string
-	asUser []string
+	t        *testing.T
+	dir      string
+	port     int
+	bin      string
+	asUser   []string
+	password string
 }
 
-func startPostgres(t *testing.T) *privatePostgres {
+// startPostgres starts a private cluster with a database named dispatch.
+// Its postgres user signs in without a password (trust) when password is
+// empty, and with password (scram-sha-256) otherwise.
+func startPostgres(t *testing.T, password string) *privatePostgres {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
@@ -227,8 +232,8 @@ func startPostgres(t *testing.T) *privatePostgres {
 	if len(bins) == 0 {
 		t.Fatal("initdb not found: PostgreSQL server binaries are required for this test")
 	}
-	pg := &privatePostgres{t: t, port: freePort(t), bin: filepath.Dir(bins[len(bins)-1])}
-	dir, err := os.MkdirTemp("/tmp", "dispatch-chaos-pg-")
+	pg := &privatePostgres{t: t, port: freePort(t), bin: filepath.Dir(bins[len(bins)-1]), password: password}
+	dir, err := os.MkdirTemp("/tmp", "dispatch-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +250,14 @@ func startPostgres(t *testing.T) *privatePostgres {
 		}
 		pg.asUser = []string{"runuser", "-u", "postgres", "--"}
 	}
-	pg.run("initdb", "-D", dir+"/data", "--auth=trust", "-U", "postgres", "--no-sync")
+	auth := []string{"--auth=trust"}
+	if password != "" {
+		if err := os.WriteFile(dir+"/pw", []byte(password+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		auth = []string{"--auth=scram-sha-256", "--pwfile=" + dir + "/pw"}
+	}
+	pg.run("initdb", append([]string{"-D", dir + "/data", "-U", "postgres", "--no-sync"}, auth...)...)
 	pg.ctl("start")
 	t.Cleanup(func() {
 		pg.run("pg_ctl", "-D", dir+"/data", "stop", "-m", "immediate", "-w")
@@ -263,7 +275,11 @@ func startPostgres(t *testing.T) *privatePostgres {
 }
 
 func (pg *privatePostgres) url(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", pg.port, db)
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: fmt.Sprintf("127.0.0.1:%d", pg.port), Path: "/" + db, RawQuery: "sslmode=disable"}
+	if pg.password != "" {
+		u.User = url.UserPassword("postgres", pg.password)
+	}
+	return u.String()
 }
 
 func (pg *privatePostgres) run(name string, args ...string) {
@@ -403,7 +419,7 @@ func TestSQSOutageDuringCreatesLosesNothing(t *testing.T) {
 }
 
 func TestPostgresRestartUnderLoadLosesNothing(t *testing.T) {
-	pg := startPostgres(t)
+	pg := startPostgres(t, "")
 	q := sqstest.New(t, 30*time.Second)
 	rc := newReceiver(t, nil)
 	in := startWith(t, "all", pg.url("dispatch"), q, nil)

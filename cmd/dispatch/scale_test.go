@@ -147,7 +147,7 @@ func TestScaleChaos(t *testing.T) {
 	jobs = rounds * groups
 	started := time.Now()
 
-	pg := startPostgres(t)
+	pg := startPostgres(t, "")
 	sq := startEmulator(t, freePort(t))
 	const queueName = "scale.fifo"
 	api := sqsAPI(t, sq.url())

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -220,7 +219,7 @@ func TestStartupMissingDatabaseComesUpAfterTheHintedCreatedb(t *testing.T) {
 // A wrong password needs a server that checks passwords: a private cluster
 // with scram-sha-256.
 func TestStartupWrongPasswordSaysAuthenticationFailed(t *testing.T) {
-	pg := startPasswordPostgres(t, "right-password-21")
+	pg := startPostgres(t, "right-password-21")
 	t.Run("api waits and says why", func(t *testing.T) {
 		url := fmt.Sprintf("postgres://postgres:wrong-password@127.0.0.1:%d/dispatch?sslmode=disable", pg.port)
 		s := startWaiting(t, "api", url, noQueue, map[string]string{"DISPATCH_INSECURE": "true"})
@@ -245,46 +244,6 @@ func TestStartupWrongPasswordSaysAuthenticationFailed(t *testing.T) {
 			t.Errorf("dispatch migrate with a wrong password: exit %d\n%s\nwant non-zero, saying authentication failed, without the password", code, out)
 		}
 	})
-}
-
-// startPasswordPostgres starts a private cluster whose postgres user signs
-// in with password (scram-sha-256), with a database named dispatch.
-func startPasswordPostgres(t *testing.T, password string) *privatePostgres {
-	t.Helper()
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		t.Fatal("initdb not found: PostgreSQL server binaries are required for this test")
-	}
-	pg := &privatePostgres{t: t, port: freePort(t), bin: filepath.Dir(bins[len(bins)-1])}
-	dir, err := os.MkdirTemp("/tmp", "dispatch-auth-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg.dir = dir
-	if err := os.WriteFile(dir+"/pw", []byte(password+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		if err := exec.Command("chown", "-R", "postgres:postgres", dir).Run(); err != nil {
-			t.Fatal("running as root needs a postgres user for initdb:", err)
-		}
-		pg.asUser = []string{"runuser", "-u", "postgres", "--"}
-	}
-	pg.run("initdb", "-D", dir+"/data", "--auth=scram-sha-256", "--pwfile="+dir+"/pw", "-U", "postgres", "--no-sync")
-	pg.ctl("start")
-	t.Cleanup(func() {
-		pg.run("pg_ctl", "-D", dir+"/data", "stop", "-m", "immediate", "-w")
-		os.RemoveAll(dir)
-	})
-	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, pg.port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "CREATE DATABASE dispatch"); err != nil {
-		t.Fatal(err)
-	}
-	return pg
 }
 
 // runBinary runs the built dispatch binary to its end with env added to a
