@@ -7,29 +7,59 @@ import (
 	"time"
 )
 
-// deleter batches deletes: a finished message waits at most deleteLinger
-// for nine others to share its DeleteMessageBatch call. With nothing
-// pending it sleeps: an idle router does not wake for it.
+// deleter batches deletes. A message whose FIFO group holds later jobs
+// (a grouped job) blocks that group on the queue until it is deleted, so
+// it waits at most groupedLinger for others to share its
+// DeleteMessageBatch call. Any other finished message blocks nothing: it
+// waits up to ungroupedLinger, so that at a few hundred deliveries a second
+// deletes go ten to a call instead of one, off every delivery's critical
+// path. Should the router die meanwhile, the messages come back after
+// their visibility timeout and their jobs, already finished, are
+// acknowledged again. With nothing pending it sleeps: an idle router does
+// not wake for it.
 type deleter struct {
-	q    *Queue
-	log  *slog.Logger
-	mu   sync.Mutex
-	pend []string
-	kick chan struct{} // the first receipt is pending, or ten are
+	q      *Queue
+	log    *slog.Logger
+	mu     sync.Mutex
+	pend   []string
+	due    time.Time     // when the pending receipts must go, at the latest
+	kick   chan struct{} // due moved earlier, or ten receipts wait
+	linger [2]time.Duration
 }
 
-const deleteLinger = 5 * time.Millisecond
+const (
+	groupedLinger   = 5 * time.Millisecond
+	ungroupedLinger = time.Second
+)
 
 func newDeleter(q *Queue, log *slog.Logger) *deleter {
-	return &deleter{q: q, log: log, kick: make(chan struct{}, 1)}
+	return &deleter{q: q, log: log, kick: make(chan struct{}, 1), linger: [2]time.Duration{ungroupedLinger, groupedLinger}}
 }
 
-func (d *deleter) add(receipt string) {
+// setVisibility tells the deleter how long its queue's messages stay
+// invisible once received: an ungrouped receipt waits a quarter of that at
+// most, so that the message is gone well before it would come back.
+func (d *deleter) setVisibility(vis time.Duration) {
 	d.mu.Lock()
-	d.pend = append(d.pend, receipt)
-	n := len(d.pend)
+	d.linger[0] = max(min(ungroupedLinger, vis/4), groupedLinger)
 	d.mu.Unlock()
-	if n == 1 || n >= 10 {
+}
+
+// add queues a finished message's receipt; grouped says whether later
+// messages of its FIFO group wait behind it.
+func (d *deleter) add(receipt string, grouped bool) {
+	d.mu.Lock()
+	due := time.Now().Add(d.linger[0])
+	if grouped {
+		due = time.Now().Add(d.linger[1])
+	}
+	d.pend = append(d.pend, receipt)
+	wake := len(d.pend) >= 10
+	if len(d.pend) == 1 || due.Before(d.due) {
+		d.due, wake = due, true
+	}
+	d.mu.Unlock()
+	if wake {
 		select {
 		case d.kick <- struct{}{}:
 		default:
@@ -38,29 +68,29 @@ func (d *deleter) add(receipt string) {
 }
 
 func (d *deleter) run(ctx context.Context) {
-	linger := time.NewTimer(deleteLinger)
-	linger.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
+		d.mu.Lock()
+		n, wait := len(d.pend), time.Until(d.due)
+		d.mu.Unlock()
+		if n >= 10 || (n > 0 && wait <= 0) {
+			d.flush(ctx)
+			continue
+		}
+		var expired <-chan time.Time
+		if n > 0 {
+			timer.Reset(wait)
+			expired = timer.C
+		}
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
+		case <-expired:
 		case <-d.kick:
+			timer.Stop()
 		}
-		d.mu.Lock()
-		full := len(d.pend) >= 10
-		d.mu.Unlock()
-		if !full {
-			linger.Reset(deleteLinger)
-			select {
-			case <-ctx.Done():
-				linger.Stop()
-				return
-			case <-linger.C:
-			case <-d.kick:
-				linger.Stop()
-			}
-		}
-		d.flush(ctx)
 	}
 }
 

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,8 +17,8 @@ import (
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
-// Finished messages are deleted: a lone one after the deleter's short
-// linger, a full batch at once, and again after the deleter has been idle
+// Finished messages are deleted: a lone grouped one after the deleter's
+// short linger, a full batch at once, and again after the deleter has been idle
 // (it sleeps with nothing pending and must wake for the next receipt).
 func TestDeleterDeletesFinishedMessages(t *testing.T) {
 	t.Parallel()
@@ -55,11 +60,79 @@ func TestDeleterDeletesFinishedMessages(t *testing.T) {
 	go func() { defer close(done); d.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
-	d.Add(receipts[0])
+	d.Add(receipts[0], true)
 	eventually(t, 5*time.Second, func() bool { return held() == 10 }, "the lone finished message deleted")
 	// The deleter has been idle since that delete: the next receipts must wake it.
 	for _, r := range receipts[1:] {
-		d.Add(r)
+		d.Add(r, false)
 	}
 	eventually(t, 5*time.Second, func() bool { return held() == 0 }, "the ten finished messages deleted")
+}
+
+// At a trickle of finished ungrouped messages (nothing waits behind them
+// in their FIFO group) the deletes share calls instead of going one by one:
+// ten receipts 20 ms apart, which the grouped linger would send as ten
+// calls, go in one or two.
+func TestDeleterBatchesUngroupedDeletesAtATrickle(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 60*time.Second)
+	var deletes atomic.Int64
+	target, err := url.Parse(sqstest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch" {
+			deletes.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer counted.Close()
+	cfg := q.Config()
+	cfg.Endpoint = counted.URL
+	rq, err := router.OpenQueue(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var entries []router.Entry
+	for i := range 10 {
+		entries = append(entries, router.Entry{Body: "m", GroupID: fmt.Sprint("g", i), DeduplicationID: strconv.Itoa(i)})
+	}
+	if _, err := rq.SendBatch(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	var receipts []string
+	for len(receipts) < 10 {
+		msgs, err := rq.Receive(ctx, 10, time.Second, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			receipts = append(receipts, m.Receipt)
+		}
+	}
+
+	d := router.NewDeleter(rq, slog.New(slog.DiscardHandler))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	pace := time.NewTicker(20 * time.Millisecond) // the trickle's pace, not a wait for a result
+	defer pace.Stop()
+	for _, r := range receipts {
+		<-pace.C
+		d.Add(r, false)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		a, err := q.Attributes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a["ApproximateNumberOfMessagesNotVisible"] == "0"
+	}, "the ten finished messages deleted")
+	if n := deletes.Load(); n > 2 {
+		t.Errorf("ten ungrouped deletes at 50/s took %d DeleteMessageBatch calls, want at most 2", n)
+	}
 }

@@ -9,5 +9,5 @@ import (
 type Deleter struct{ d *deleter }
 
 func NewDeleter(q *Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
-func (d Deleter) Add(receipt string)                { d.d.add(receipt) }
+func (d Deleter) Add(receipt string, grouped bool)  { d.d.add(receipt, grouped) }
 func (d Deleter) Run(ctx context.Context)           { d.d.run(ctx) }

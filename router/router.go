@@ -323,6 +323,7 @@ func (r *Router) consume(ctx, helperCtx context.Context, helpers *sync.WaitGroup
 		vis = s.VisibilityTimeout // each receive asks for it
 	}
 	s.vis.Store(int64(vis))
+	s.deleter.setVisibility(vis)
 	if vis < r.cfg.MediationTimeout {
 		r.log.Warn("queue visibility timeout is shorter than the mediation timeout; the heartbeat extends in-flight messages, but raise the queue's VisibilityTimeout",
 			"queue", s.name, "visibility_timeout", vis.String(), "mediation_timeout", r.cfg.MediationTimeout.String())
@@ -460,7 +461,7 @@ func (r *Router) accept(s *source, qm Message) *message {
 	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
 		r.log.Error("unparseable message dropped", "message_id", qm.ID, "queue", s.name)
 		r.warnings.add(Warning{Type: WarnUnparseable, Queue: s.name, Message: "a message that is not a pointer was dropped (message " + qm.ID + ")"})
-		s.deleter.add(qm.Receipt)
+		s.deleter.add(qm.Receipt, false)
 		return nil
 	}
 	r.mu.Lock()
@@ -588,7 +589,7 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		receipt := m.Receipt
 		r.mu.Unlock()
 		if err == nil {
-			m.src.deleter.add(receipt)
+			m.src.deleter.add(receipt, m.group != m.ptr.ID)
 			continue
 		}
 		r.release(append([]*message{m}, released...), delay)
