@@ -50,56 +50,61 @@ func scheme(r *http.Request) string {
 	return "http"
 }
 
-// startCreate starts the span that creates job j, under the request's
-// span, and stores its context with the job: the pointer carries it, and
-// every delivery attempt joins its trace. Off, it does nothing.
+// startProducer starts the producer span of a request that stores
+// something for delivery (a job, an event), under the request's span, and
+// writes its context to traceContext, which is stored with it: the pointer
+// carries it, and every delivery attempt joins its trace. Callers check
+// that tracing is on first, so that a request pays nothing when it is off.
+func (s *Server) startProducer(ctx context.Context, traceContext *string, name string, attrs ...attribute.KeyValue) trace.Span {
+	ctx, span := s.cfg.Tracer.Start(ctx, name, trace.SpanKindProducer,
+		append([]attribute.KeyValue{attribute.String("messaging.operation.type", "create")}, attrs...)...)
+	*traceContext = s.cfg.Tracer.Encode(ctx)
+	return span
+}
+
+// endProducer ends a producer span: failed with code when err is set,
+// otherwise with attrs, which describe what it stored.
+func endProducer(span trace.Span, code string, err error, attrs ...attribute.KeyValue) {
+	if err != nil {
+		tracing.Fail(span, code, err)
+	} else {
+		span.SetAttributes(attrs...)
+	}
+	span.End()
+}
+
+// startCreate starts the span that creates job j. Off, it does nothing.
 func (s *Server) startCreate(ctx context.Context, j *dispatch.Job) trace.Span {
 	if !s.cfg.Tracer.Enabled() || j == nil {
 		return nil
 	}
-	ctx, span := s.cfg.Tracer.Start(ctx, "create job", trace.SpanKindProducer,
-		attribute.String("messaging.operation.type", "create"),
+	return s.startProducer(ctx, &j.TraceContext, "create job",
 		attribute.String("dispatch.job.source", j.Source), attribute.String("dispatch.job.type", j.Type))
-	j.TraceContext = s.cfg.Tracer.Encode(ctx)
-	return span
 }
 
 // endCreate ends a create span with the job it made (created: false for
 // an idempotent repeat, which keeps the first create's trace).
 func endCreate(span trace.Span, j dispatch.Job, created bool, err error) {
-	if span == nil {
-		return
+	if span != nil {
+		endProducer(span, "create_failed", err,
+			attribute.String("dispatch.job.id", dispatch.FormatID(j.ID)), attribute.Bool("dispatch.job.created", created))
 	}
-	if err != nil {
-		tracing.Fail(span, "create_failed", err)
-	} else {
-		span.SetAttributes(attribute.String("dispatch.job.id", dispatch.FormatID(j.ID)), attribute.Bool("dispatch.job.created", created))
-	}
-	span.End()
 }
 
-// startPublish starts the span that publishes event e, under the
-// request's span; its context is stored with each job the event makes.
+// startPublish starts the span that publishes event e; its context is
+// stored with each job the event makes. Off, it does nothing.
 func (s *Server) startPublish(ctx context.Context, e *dispatch.Event) trace.Span {
 	if !s.cfg.Tracer.Enabled() {
 		return nil
 	}
-	ctx, span := s.cfg.Tracer.Start(ctx, "publish event", trace.SpanKindProducer,
-		attribute.String("messaging.operation.type", "create"),
+	return s.startProducer(ctx, &e.TraceContext, "publish event",
 		attribute.String("dispatch.event.source", e.Source), attribute.String("dispatch.event.type", e.Type))
-	e.TraceContext = s.cfg.Tracer.Encode(ctx)
-	return span
 }
 
+// endPublish ends a publish span with the event and the number of jobs it made.
 func endPublish(span trace.Span, e dispatch.Event, created bool, err error) {
-	if span == nil {
-		return
+	if span != nil {
+		endProducer(span, "publish_failed", err, attribute.String("dispatch.event.id", dispatch.FormatID(e.ID)),
+			attribute.Bool("dispatch.event.created", created), attribute.Int("messaging.batch.message_count", len(e.Jobs)))
 	}
-	if err != nil {
-		tracing.Fail(span, "publish_failed", err)
-	} else {
-		span.SetAttributes(attribute.String("dispatch.event.id", dispatch.FormatID(e.ID)), attribute.Bool("dispatch.event.created", created),
-			attribute.Int("messaging.batch.message_count", len(e.Jobs)))
-	}
-	span.End()
 }
