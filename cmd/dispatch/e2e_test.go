@@ -340,6 +340,27 @@ func newReceiver(t *testing.T, respond func(n int, r *http.Request, body []byte)
 	return rc
 }
 
+// heldLoad creates n jobs without a groupId (each its own group, so that
+// they may run in parallel) for a new receiver that holds every request
+// for hold, and returns the receiver and the jobs' ids.
+func (in *instance) heldLoad(n int, hold time.Duration) (*receiver, []string) {
+	in.t.Helper()
+	rc := newReceiver(in.t, nil)
+	rc.hold = hold
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = in.createJob(jobBody(rc.URL, nil)).ID
+	}
+	return rc, ids
+}
+
+// mostOpen is the most requests the receiver had open at once.
+func (rc *receiver) mostOpen() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.maxOpen
+}
+
 func (rc *receiver) snapshot() []received {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -547,19 +568,11 @@ func TestGroupIsDeliveredInCreationOrderDespiteAFailure(t *testing.T) {
 func TestPoolConcurrencyIsABound(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", map[string]string{"DISPATCH_POOLS": "DISPATCH-POOL:4"})
-	rc := newReceiver(t, nil)
-	rc.hold = 150 * time.Millisecond
-	const n = 24
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = in.createJob(jobBody(rc.URL, nil)).ID // no groupId: every job its own group
-	}
+	rc, ids := in.heldLoad(24, 150*time.Millisecond)
 	for _, id := range ids {
 		in.waitStatus(id, 60*time.Second, "COMPLETED")
 	}
-	rc.mu.Lock()
-	maxOpen := rc.maxOpen
-	rc.mu.Unlock()
+	maxOpen := rc.mostOpen()
 	if maxOpen > 4 {
 		t.Fatalf("%d requests were open at the target at once; the pool's concurrency is 4", maxOpen)
 	}

@@ -179,11 +179,7 @@ func TestSeedJobNamingItsQueueIsDeliveredThroughIt(t *testing.T) {
 	rc := newReceiver(t, nil)
 
 	// The seed's body as it is: only its placeholder credentials are refused.
-	var refused struct {
-		Error struct {
-			Details []struct{ Field, Message string } `json:"details"`
-		} `json:"error"`
-	}
+	var refused errorAnswer
 	if code := in.do("POST", "/api/dispatch/jobs", apiToken, json.RawMessage(seedBody), &refused); code != http.StatusBadRequest {
 		t.Fatalf("the seed's body with its placeholder credentialsId: %d, want 400", code)
 	}
@@ -227,11 +223,7 @@ func TestSeedJobNamingItsQueueIsDeliveredThroughIt(t *testing.T) {
 
 	// Neither a queue nor a pool that is not configured.
 	for field, value := range map[string]string{"queueUrl": "http://localhost:9324/000000000000/other.fifo", "poolCode": "FAST"} {
-		var e struct {
-			Error struct {
-				Details []struct{ Field, Message string } `json:"details"`
-			} `json:"error"`
-		}
+		var e errorAnswer
 		code := in.do("POST", "/api/dispatch/jobs", apiToken, jobBody(rc.URL, map[string]any{field: value}), &e)
 		if code != http.StatusBadRequest || len(e.Error.Details) != 1 || e.Error.Details[0].Field != field {
 			t.Errorf("%s %q: %d %+v, want 400 naming %s", field, value, code, e, field)
@@ -285,13 +277,8 @@ func routerCall(t *testing.T, method, url, token, body string) (int, string) {
 func TestPoolConcurrencyChangedUnderLoadLosesNothing(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", map[string]string{"DISPATCH_POOLS": "DISPATCH-POOL:1"})
-	rc := newReceiver(t, nil)
-	rc.hold = 100 * time.Millisecond
 	const n = 30
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = in.createJob(jobBody(rc.URL, nil)).ID
-	}
+	rc, ids := in.heldLoad(n, 100*time.Millisecond)
 	eventually(t, 10*time.Second, func() bool { return rc.count() > 0 }, func() string { return "nothing delivered" })
 	if code, body := routerCall(t, "PUT", in.routerURL+"/monitoring/pools/DISPATCH-POOL", "", `{"concurrency": 5}`); code != http.StatusUnauthorized {
 		t.Errorf("PUT without the admin token: %d %s, want 401", code, body)
@@ -302,10 +289,7 @@ func TestPoolConcurrencyChangedUnderLoadLosesNothing(t *testing.T) {
 	for _, id := range ids {
 		in.waitStatus(id, 60*time.Second, "COMPLETED")
 	}
-	rc.mu.Lock()
-	maxOpen := rc.maxOpen
-	rc.mu.Unlock()
-	if maxOpen < 2 || maxOpen > 5 {
+	if maxOpen := rc.mostOpen(); maxOpen < 2 || maxOpen > 5 {
 		t.Errorf("at most %d deliveries at once after the concurrency went from 1 to 5, want 2 to 5", maxOpen)
 	}
 	if c := rc.count(); c != n {
