@@ -37,8 +37,12 @@ type benchResult struct {
 	maxLag        time.Duration   // fixed rate: how late the schedule sent a request at worst
 	cpu           cpuUse
 	pg            pgUse
-	pgRoundTrips  int64 // -1: unknown
-	peakRSS       int64 // bytes; 0: unknown
+	pgVersion     string
+	autovacuum    string         // SHOW autovacuum; "" when unread
+	sqs           []sqsActionUse // the service's SQS requests by action
+	sqsUnknown    bool           // the proxy did not answer with its counts
+	pgRoundTrips  int64          // -1: unknown
+	peakRSS       int64          // bytes; 0: unknown
 	children      []benchChildUse
 }
 

@@ -1,11 +1,13 @@
 // Command dispatch-bench pushes jobs through the whole dispatch pipeline
 // (API → PostgreSQL → SQS → router → processing endpoint → a signed webhook)
-// and reports throughput, latency, CPU per delivery, PostgreSQL's work per
-// delivery and memory. It runs the service from the dispatch binary, in a
-// throwaway database and queue on this machine. See `dispatch-bench -h`.
+// and reports throughput, latency, CPU per delivery, PostgreSQL's work and
+// bytes per delivery, SQS requests per delivery by action, and memory. It
+// runs the service from the dispatch binary, in a throwaway database and
+// queue on this machine. See `dispatch-bench -h`.
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -38,7 +40,10 @@ const benchUsage = `usage: dispatch-bench [flags]
 Pushes jobs through the whole pipeline (API → PostgreSQL → SQS → router →
 processing endpoint → signed webhook) to a local receiver and reports
 throughput, create→delivery latency, CPU per delivery (the whole box and each
-process), PostgreSQL's work per delivery and memory.
+process), PostgreSQL's work per delivery, the bytes a delivery adds to the
+database (tables+indexes) and to the server's WAL, the service's SQS
+requests per delivery by action (and their cost at $0.50 per million),
+memory, and whether the server runs autovacuum.
 
 Two modes:
   throughput   -jobs N from -clients N clients, each sending its next create
@@ -54,7 +59,11 @@ with -split dispatch api and dispatch router as two (the router mediating
 over HTTP). It uses DATABASE_URL's server but a fresh database
 dispatch_bench_<random>, and a fresh FIFO queue bench-<random>.fifo on
 AWS_ENDPOINT_URL_SQS (default http://127.0.0.1:9324); both are removed at
-the end. Both must be on this machine (loopback or a Unix socket).
+the end. Both must be on this machine (loopback or a Unix socket). The
+service reaches SQS through a reverse proxy that counts its requests by
+action, a child process of this one: one more loopback hop per request,
+whose CPU the report shows on a line of its own (the whole box's figure
+includes it; production has no such proxy).
 
 flags:
   -jobs N           jobs to deliver in throughput mode (default 5000)
@@ -162,6 +171,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 
 // run is the whole program; main only adds signals and the exit code.
 func run(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == sqsProxyCommand { // the SQS counting proxy's own process
+		return runSQSProxy(ctx, envLookup(environ), stdout, stderr)
+	}
 	o, err := parseBenchFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -190,6 +202,19 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		return err
 	}
 	setLocalAWSEnv()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	sqsCounter, err := startSQSProxyChild(ctx, self, sqsEndpoint, environ, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { // after the service's stop, deferred below
+		if err := sqsCounter.stop(); err != nil {
+			fmt.Fprintf(stderr, "bench: SQS proxy: %v\n", err)
+		}
+	}()
 
 	suffix := randomHex(6)
 	dbName, queueName := "dispatch_bench_"+suffix, "bench-"+suffix+".fifo"
@@ -221,7 +246,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	_, _ = rand.Read(key)
 	env := benchEnv(environ, map[string]string{
 		"DATABASE_URL":                   withDatabaseName(dbURL, dbName),
-		"AWS_ENDPOINT_URL_SQS":           sqsEndpoint,
+		"AWS_ENDPOINT_URL_SQS":           sqsCounter.url, // counts the service's requests
 		"DISPATCH_QUEUE_URL":             queueURL,
 		"DISPATCH_INSECURE":              "true",
 		"DISPATCH_ALLOW_PRIVATE_TARGETS": "true",
@@ -275,9 +300,16 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	// The service's connections to PostgreSQL are in its children (in the
 	// API's when split: the router never connects).
 	seg0, segErr := pgSegments(pids, adminCfg.Port)
-	cpu0 := sampleCPU(dbName, pids)
+	cpu0 := sampleCPU(dbName, pids, sqsCounter.pid())
+	sqs0, sqsErr := sqsCounter.counts(ctx)
 	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
-	cpu1 := sampleCPU(dbName, pids)
+	cpu1 := sampleCPU(dbName, pids, sqsCounter.pid())
+	sqs1, err := sqsCounter.counts(ctx)
+	if sqsErr = cmp.Or(sqsErr, err); sqsErr != nil {
+		fmt.Fprintf(stderr, "%v\n", sqsErr)
+		res.sqsUnknown = true
+	}
+	res.sqs = sqsUse(sqs0, sqs1)
 	seg1, err := pgSegments(pids, adminCfg.Port)
 	if segErr == nil && err == nil && len(seg1) > 0 {
 		res.pgRoundTrips = segmentsSent(seg0, seg1)
@@ -305,6 +337,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		return err
 	}
 	res.pg = pg0.until(pg1)
+	res.pgVersion, res.autovacuum = pg.version, pg.autovacuum
 	res.write(stdout, o, dbName)
 	return nil
 }

@@ -5,14 +5,23 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
@@ -96,7 +105,8 @@ func binaries(t *testing.T) string {
 
 // TestBenchRuns runs the built dispatch-bench as a user would, in both
 // modes: every job arrives signed, and the report has its figures (CPU per
-// process, PostgreSQL per delivery, memory), each child's among them.
+// process, PostgreSQL per delivery, bytes per delivery, the service's SQS
+// requests by action, memory), each child's among them.
 func TestBenchRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole pipeline twice")
@@ -104,6 +114,7 @@ func TestBenchRuns(t *testing.T) {
 	bin := binaries(t)
 	sqstest.SetEnv()
 	env := append(os.Environ(), "AWS_ENDPOINT_URL_SQS="+sqstest.Endpoint(), "DATABASE_URL="+storetest.AdminURL())
+	const nonZero = `(?:[0-9]*[1-9][0-9]*\.[0-9]+|0\.[0-9]*[1-9][0-9]*)` // a per-delivery figure above 0.00
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
 	splitProfile := filepath.Join(t.TempDir(), "split.pprof")
 	for _, tc := range []struct {
@@ -126,6 +137,14 @@ func TestBenchRuns(t *testing.T) {
 				`^context switches +[0-9.]+ +\(per delivery, whole box`,
 				`^PG round trips +[0-9.]+ +\(per delivery`,
 				`^PG (statements|transactions) +[0-9.]+ `,
+				`^PostgreSQL +[0-9.]+, autovacuum (on|off)`,
+				`^PG bytes +[0-9]+ B +\(per delivery, tables\+indexes`,
+				`^  WAL +[1-9][0-9]* B`,
+				`^SQS requests +` + nonZero + ` +\(per delivery.*\$[0-9.]+ per million deliveries`,
+				`^  SQS counting proxy +[0-9.]+ ms +\(this benchmark's`,
+				`^  SendMessageBatch +` + nonZero + ` +\([0-9.]+ messages each\)`,
+				`^  ReceiveMessage +` + nonZero + ` +\([0-9.]+ messages each\)`,
+				`^  DeleteMessageBatch +` + nonZero + ` +\([0-9.]+ messages each\)`,
 				`^peak RSS +[0-9.]+ MiB`,
 			},
 		},
@@ -139,6 +158,9 @@ func TestBenchRuns(t *testing.T) {
 				`^  dispatch api +[0-9.]+ ms`,
 				`^  dispatch router +[0-9.]+ ms`,
 				`^  dispatch api +[0-9.]+ MiB`,
+				`^  SendMessageBatch +` + nonZero + ` `,
+				`^  ReceiveMessage +` + nonZero + ` `,
+				`^  DeleteMessageBatch +` + nonZero + ` `,
 			},
 		},
 	} {
@@ -164,5 +186,76 @@ func TestBenchRuns(t *testing.T) {
 		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
 			t.Errorf("-cpuprofile wrote %d bytes to %s (%v), want a gzipped pprof profile", len(data), filepath.Base(p), err)
 		}
+	}
+}
+
+// TestSQSProxyCounts sends, receives and deletes three messages through the
+// counting proxy with the SDK, as the service does: each action is counted
+// once per request, with the messages the batch named or the answer held,
+// and the counts endpoint tells.
+func TestSQSProxyCounts(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	upstream, err := url.Parse(q.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newSQSProxy(upstream, io.Discard))
+	t.Cleanup(srv.Close)
+	p := &sqsProxyChild{url: srv.URL, client: srv.Client()}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(srv.URL) })
+
+	before, err := p.counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []types.SendMessageBatchRequestEntry
+	for i := range 3 {
+		id := strconv.Itoa(i)
+		entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String("m" + id),
+			MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d" + id)})
+	}
+	if _, err := api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries}); err != nil {
+		t.Fatal(err)
+	}
+	var received []types.Message
+	receives := 0
+	for len(received) < 3 {
+		out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		receives++
+		received = append(received, out.Messages...)
+	}
+	var deletes []types.DeleteMessageBatchRequestEntry
+	for i, m := range received {
+		deletes = append(deletes, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	if _, err := api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: deletes}); err != nil {
+		t.Fatal(err)
+	}
+
+	after, err := p.counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]sqsCount{}
+	for _, a := range sqsUse(before, after) {
+		got[a.action] = a.sqsCount
+	}
+	want := map[string]sqsCount{
+		"SendMessageBatch":   {Requests: 1, Messages: 3},
+		"ReceiveMessage":     {Requests: int64(receives), Messages: 3},
+		"DeleteMessageBatch": {Requests: 1, Messages: 3},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("counted %+v, want %+v", got, want)
 	}
 }

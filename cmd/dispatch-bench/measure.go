@@ -178,12 +178,14 @@ type cpuSample struct {
 	box      boxCPU
 	self     time.Duration
 	children []time.Duration // the split-mode processes, in order
+	proxy    time.Duration   // the SQS counting proxy's process
 	other    map[string]map[int]time.Duration
 }
 
-func sampleCPU(benchDB string, children []int) cpuSample {
+func sampleCPU(benchDB string, children []int, proxy int) cpuSample {
 	s := cpuSample{at: time.Now(), self: selfCPU(), other: otherCPU(benchDB)}
 	s.box, _ = readBoxCPU()
+	s.proxy, _ = pidCPU(proxy)
 	for _, pid := range children {
 		cpu, _ := pidCPU(pid)
 		s.children = append(s.children, cpu)
@@ -197,6 +199,7 @@ type cpuUse struct {
 	switches      int64 // context switches on the whole box
 	self          time.Duration
 	children      []time.Duration
+	proxy         time.Duration // the SQS counting proxy: the benchmark's, not the service's
 	pgBench       time.Duration
 	pgBackground  time.Duration
 	sqs           time.Duration
@@ -204,7 +207,7 @@ type cpuUse struct {
 
 func (a cpuSample) until(b cpuSample) cpuUse {
 	u := cpuUse{box: b.box.busy - a.box.busy, boxTotal: b.box.total - a.box.total,
-		switches: b.box.switches - a.box.switches, self: b.self - a.self}
+		switches: b.box.switches - a.box.switches, self: b.self - a.self, proxy: b.proxy - a.proxy}
 	for i := range b.children {
 		u.children = append(u.children, b.children[i]-a.children[i])
 	}
@@ -234,6 +237,9 @@ type pgCounters struct {
 	byQuery    map[int64]pgStatement
 	// pg_stat_database.
 	xacts, returned, fetched, inserted, updated, deleted int64
+	// pg_database_size of the bench database, and the server's WAL
+	// position (pg_current_wal_lsn() as bytes since 0/0).
+	dbSize, walLSN int64
 }
 
 type pgStatement struct {
@@ -252,6 +258,11 @@ const (
 type pgStats struct {
 	cfg    *pgx.ConnConfig // connects to the bench database
 	source string
+	// The server's version and its autovacuum setting ("on", "off"; ""
+	// when unread): the shared development server runs without
+	// autovacuum, production never does, and bytes per delivery depend on
+	// whether the space of dead rows is reused.
+	version, autovacuum string
 }
 
 func newPGStats(ctx context.Context, cfg *pgx.ConnConfig) *pgStats {
@@ -261,6 +272,8 @@ func newPGStats(ctx context.Context, cfg *pgx.ConnConfig) *pgStats {
 		return p
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	_ = conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum')").
+		Scan(&p.version, &p.autovacuum)
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 		return p
 	}
@@ -303,9 +316,10 @@ func (p *pgStats) read(ctx context.Context) (pgCounters, error) {
 		}
 	}
 	err = conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback, tup_returned, tup_fetched,
-			tup_inserted, tup_updated, tup_deleted
+			tup_inserted, tup_updated, tup_deleted,
+			pg_database_size(current_database()), (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint
 		FROM pg_stat_database WHERE datname = current_database()`).
-		Scan(&c.xacts, &c.returned, &c.fetched, &c.inserted, &c.updated, &c.deleted)
+		Scan(&c.xacts, &c.returned, &c.fetched, &c.inserted, &c.updated, &c.deleted, &c.dbSize, &c.walLSN)
 	if err != nil {
 		return c, fmt.Errorf("bench: pg_stat_database: %w", err)
 	}
@@ -346,12 +360,14 @@ type pgUse struct {
 	statements                                           int64
 	top                                                  []pgStatement // by calls, most first
 	xacts, returned, fetched, inserted, updated, deleted int64
+	dbBytes, walBytes                                    int64 // the bench database's growth; the server's WAL
 }
 
 func (a pgCounters) until(b pgCounters) pgUse {
 	u := pgUse{source: b.source, statements: b.statements - a.statements,
 		xacts: b.xacts - a.xacts, returned: b.returned - a.returned, fetched: b.fetched - a.fetched,
-		inserted: b.inserted - a.inserted, updated: b.updated - a.updated, deleted: b.deleted - a.deleted}
+		inserted: b.inserted - a.inserted, updated: b.updated - a.updated, deleted: b.deleted - a.deleted,
+		dbBytes: b.dbSize - a.dbSize, walBytes: b.walLSN - a.walLSN}
 	for id, s := range b.byQuery {
 		if calls := s.calls - a.byQuery[id].calls; calls > 0 {
 			u.top = append(u.top, pgStatement{query: s.query, calls: calls})

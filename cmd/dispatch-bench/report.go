@@ -60,6 +60,19 @@ func perDeliveryN(v int64, n int) string {
 	return strconv.FormatFloat(float64(v)/float64(n), 'f', 2, 64)
 }
 
+// bytesPer is v bytes per delivery.
+func bytesPer(v int64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(v)/float64(n), 'f', 0, 64) + " B"
+}
+
+// sqsRequestPrice is what SQS charges per request in US dollars (standard
+// and FIFO queues cost $0.40 and $0.50 per million after the free tier;
+// a request of up to 64 KiB counts once).
+const sqsRequestPrice = 0.50 / 1e6
+
 func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
 
 func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
@@ -82,6 +95,17 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 	fmt.Fprintf(tw, "dispatch-bench\t%s, %s, pool concurrency %d, %s\n", mode, creates, o.concurrency, system)
 	fmt.Fprintf(tw, "machine\t%s, %d CPUs, GOMAXPROCS %d, %s/%s, %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	// No third cell: the header lines do not widen the figures' column.
+	pgVersion, _, _ := strings.Cut(r.pgVersion, " ") // "15.20 (Debian 15.20-0+deb12u1)"
+	switch r.autovacuum {
+	case "on":
+		fmt.Fprintf(tw, "PostgreSQL\t%s, autovacuum on (as in production)\n", pgVersion)
+	case "":
+		fmt.Fprintf(tw, "PostgreSQL\t%s, autovacuum unknown (SHOW autovacuum failed)\n", pgVersion)
+	default:
+		fmt.Fprintf(tw, "PostgreSQL\t%s, autovacuum %s (production runs it on: without it the space of dead rows is not reused, so bytes per delivery are higher)\n",
+			pgVersion, r.autovacuum)
+	}
 	fmt.Fprintf(tw, "jobs created\t%s\t(%d in %s", rate(r.jobs, r.createdIn), r.jobs, r.createdIn.Round(time.Millisecond))
 	if o.rate > 0 {
 		fmt.Fprintf(tw, "; the schedule ran late by at most %s", ms(r.maxLag))
@@ -110,6 +134,15 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 			fmt.Fprintf(tw, "  dispatch %s\t%s\t(child process, /proc/<pid>/stat)\n", ch.name, perDelivery(c.children[i], n))
 			attributed += c.children[i]
 		}
+	}
+	if c.proxy > 0 {
+		without := ""
+		if c.boxTotal > 0 {
+			without = "; the whole box without it: " + perDelivery(max(c.box-c.proxy, 0), n)
+		}
+		fmt.Fprintf(tw, "  SQS counting proxy\t%s\t(this benchmark's, in front of SQS for the SQS requests line, not the service's; /proc/<pid>/stat%s)\n",
+			perDelivery(c.proxy, n), without)
+		attributed += c.proxy
 	}
 	fmt.Fprintf(tw, "  PostgreSQL\t%s\t(%s this database's backends, %s the server's background processes)\n",
 		perDelivery(c.pgBench+c.pgBackground, n), perDelivery(c.pgBench, n), perDelivery(c.pgBackground, n))
@@ -145,6 +178,33 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 		fmt.Fprintf(tw, "  rows written\t%s\t(per delivery: %s inserted, %s updated, %s deleted; %s fetched, %s returned)\n",
 			perDeliveryN(p.inserted+p.updated+p.deleted, n), perDeliveryN(p.inserted, n), perDeliveryN(p.updated, n),
 			perDeliveryN(p.deleted, n), perDeliveryN(p.fetched, n), perDeliveryN(p.returned, n))
+	}
+
+	fmt.Fprintf(tw, "PG bytes\t%s\t(per delivery, tables+indexes: growth of pg_database_size(%s) from before the load to after the service stopped)\n",
+		bytesPer(p.dbBytes, n), dbName)
+	fmt.Fprintf(tw, "  WAL\t%s\t(per delivery: pg_current_wal_lsn() over the same span; the server's WAL, so other databases' writes are included)\n",
+		bytesPer(p.walBytes, n))
+
+	if r.sqsUnknown {
+		fmt.Fprintf(tw, "SQS requests\t-\t(unknown: the counting proxy did not answer)\n")
+	} else {
+		var sqsTotal int64
+		for _, a := range r.sqs {
+			sqsTotal += a.Requests
+		}
+		cost := "-"
+		if n > 0 {
+			cost = fmt.Sprintf("$%.2f", float64(sqsTotal)/float64(n)*sqsRequestPrice*1e6)
+		}
+		fmt.Fprintf(tw, "SQS requests\t%s\t(per delivery, the service's, counted by a proxy in front of the SQS endpoint; %s per million deliveries at $0.50 per million requests)\n",
+			perDeliveryN(sqsTotal, n), cost)
+		for _, a := range r.sqs {
+			each := ""
+			if sqsBatchActions[a.action] && a.Requests > 0 {
+				each = fmt.Sprintf("(%s messages each)", strconv.FormatFloat(float64(a.Messages)/float64(a.Requests), 'f', 2, 64))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.action, perDeliveryN(a.Requests, n), each)
+		}
 	}
 
 	if r.peakRSS > 0 {
