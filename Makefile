@@ -26,11 +26,13 @@ DISPATCH_QUEUE_CREATE          ?= true
 DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
 
-# make bench: BENCH_ARGS goes to both runs (-split, -clients 16, -concurrency 100,
-# -batch 50; see `./bin/dispatch-bench -h`).
+# make bench: throughput and fixed rate, each in every mode of BENCH_MODES
+# (`all`, `split`); BENCH_ARGS goes to every run (-clients 16, -concurrency
+# 100, -batch 50; see `./bin/dispatch-bench -h`).
 BENCH_JOBS     ?= 5000
 BENCH_RATE     ?= 200
 BENCH_DURATION ?= 10s
+BENCH_MODES    ?= all split
 BENCH_ARGS     ?=
 SOAK_JOBS    ?= 100000
 SOAK_GROUPS  ?= 2000
@@ -132,11 +134,14 @@ $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/$(@D) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(@D)/golangci-lint $@
 
-bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION; then the Go benchmarks
-	@echo "== throughput: $(BENCH_JOBS) jobs"
-	$(DEV_ENV); $(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) -jobs $(BENCH_JOBS) $(BENCH_ARGS)
-	@echo "== fixed rate: $(BENCH_RATE) jobs/s for $(BENCH_DURATION)"
-	$(DEV_ENV); $(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) -rate $(BENCH_RATE) -duration $(BENCH_DURATION) $(BENCH_ARGS)
+bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION, each in `all` and split (BENCH_MODES); then the Go benchmarks
+	@$(DEV_ENV); for load in "-jobs $(BENCH_JOBS)" "-rate $(BENCH_RATE) -duration $(BENCH_DURATION)"; do \
+		for mode in $(BENCH_MODES); do \
+			case "$$mode" in all) split= ;; split) split=-split ;; *) echo "bench: BENCH_MODES: $$mode is neither all nor split" >&2; exit 2 ;; esac; \
+			echo "== $$mode: $$load"; \
+			$(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) $$load $$split $(BENCH_ARGS); \
+		done; \
+	done
 	@echo "== Go benchmarks"
 	@$(DEV_ENV); echo "PostgreSQL $$(psql "$$DATABASE_URL" -Atc 'SHOW server_version'): autovacuum $$(psql "$$DATABASE_URL" -Atc 'SHOW autovacuum') (production runs it on; table bytes per delivery are measured without it)"
 	$(DEV_ENV); $(TEST_ENV) go test -run '^$$' -bench . -benchmem ./...
