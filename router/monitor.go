@@ -40,9 +40,11 @@ type QueueStats struct {
 	Held int `json:"held"`
 	// Depth is the queue's message counts as SQS approximates them
 	// (GetQueueAttributes at the time of the request); nil when they could
-	// not be read, and DepthError says why.
+	// not be read, and DepthError says why. DepthAt is when they were read
+	// ("" when never).
 	Depth      *DepthStats `json:"depth"`
 	DepthError string      `json:"depthError,omitempty"`
+	DepthAt    string      `json:"depthAt,omitempty"`
 }
 
 // DepthStats are a queue's approximate message counts.
@@ -68,6 +70,13 @@ func (s *source) status() (status, lastError string, failedAt time.Time) {
 // depths are read from SQS now, all queues at once, each within
 // DefaultCallTimeout at most (or ctx's deadline).
 func (r *Router) Queues(ctx context.Context) []QueueStats {
+	return r.queues(ctx, 0, true)
+}
+
+// queues returns every queue's state with a depth reading at most maxAge
+// old, read now when the last is older; with read false, the last reading
+// whatever its age (none when never read).
+func (r *Router) queues(ctx context.Context, maxAge time.Duration, read bool) []QueueStats {
 	held := map[*source]int{}
 	r.mu.Lock()
 	for k := range r.held {
@@ -86,19 +95,30 @@ func (r *Router) Queues(ctx context.Context) []QueueStats {
 			st.FailedAt = failedAt.UTC().Format(time.RFC3339Nano)
 		}
 		out[i] = st
+		if !read {
+			out[i].setDepth(s.Queue.LastDepth())
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := s.Queue.Depth(ctx)
-			if err != nil {
-				out[i].DepthError = err.Error()
-				return
-			}
-			out[i].Depth = &DepthStats{Visible: d.Visible, InFlight: d.InFlight, Delayed: d.Delayed}
+			out[i].setDepth(s.Queue.DepthWithin(ctx, maxAge))
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+func (st *QueueStats) setDepth(d DepthReading) {
+	switch {
+	case d.At.IsZero():
+		return
+	case d.Err != nil:
+		st.DepthError = d.Err.Error()
+	default:
+		st.Depth = &DepthStats{Visible: d.Depth.Visible, InFlight: d.Depth.InFlight, Delayed: d.Depth.Delayed}
+	}
+	st.DepthAt = stamp(d.At)
 }
 
 // ReadyQueue is one queue's line in /health/ready.
@@ -249,6 +269,31 @@ func (r *Router) InFlight() []InFlightMessage {
 	r.mu.Unlock()
 	slices.SortFunc(out, func(a, b InFlightMessage) int { return cmp.Compare(b.AgeMillis, a.AgeMillis) })
 	return out
+}
+
+// InFlightSummary sums up the messages the router holds, for its reports
+// to the database.
+type InFlightSummary struct {
+	Count     int `json:"count"`
+	Mediating int `json:"mediating"`
+	Buffered  int `json:"buffered"`
+	// Oldest is the message held longest (nil when none is held).
+	Oldest *InFlightMessage `json:"oldest,omitempty"`
+}
+
+func summarize(held []InFlightMessage) InFlightSummary {
+	sum := InFlightSummary{Count: len(held)}
+	for i, m := range held {
+		if m.State == Mediating {
+			sum.Mediating++
+		} else {
+			sum.Buffered++
+		}
+		if i == 0 {
+			sum.Oldest = &held[0] // InFlight lists the oldest first
+		}
+	}
+	return sum
 }
 
 // Breakers are the circuit breakers of the processing endpoint (one per

@@ -79,6 +79,12 @@ type Queue struct {
 	cfg QueueConfig
 	mu  sync.Mutex
 	url string
+
+	// depthSem lets one depth reading run at a time; the last one is kept
+	// (lastDepth), so callers that accept a recent reading share it.
+	depthSem  chan struct{}
+	depthMu   sync.Mutex
+	lastDepth DepthReading
 }
 
 // OpenQueue loads the AWS configuration through the SDK's standard chain.
@@ -110,7 +116,7 @@ func OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error) {
 			o.Region = "us-east-1"
 		}
 	})
-	return &Queue{api: api, cfg: cfg, url: cfg.URL}, nil
+	return &Queue{api: api, cfg: cfg, url: cfg.URL, depthSem: make(chan struct{}, 1)}, nil
 }
 
 // detachedBodyClient sends each request with a body of its own.
@@ -235,9 +241,54 @@ type Depth struct {
 	Delayed  int64 // ApproximateNumberOfMessagesDelayed
 }
 
+// DepthReading is a reading of a queue's depth: the counts, or why they
+// could not be read, and when the reading started (zero: never read).
+type DepthReading struct {
+	Depth Depth
+	Err   error
+	At    time.Time
+}
+
 // Depth reads the queue's approximate message counts (one
 // GetQueueAttributes call).
 func (q *Queue) Depth(ctx context.Context) (Depth, error) {
+	r := q.DepthWithin(ctx, 0)
+	return r.Depth, r.Err
+}
+
+// LastDepth is the queue's last depth reading, made by Depth or
+// DepthWithin; it makes no call.
+func (q *Queue) LastDepth() DepthReading {
+	q.depthMu.Lock()
+	defer q.depthMu.Unlock()
+	return q.lastDepth
+}
+
+// DepthWithin returns a reading of the queue's depth that started at most
+// maxAge before this call: the last one when it is that recent, else a new
+// one (one GetQueueAttributes call). One reading runs at a time: callers
+// that arrive while it runs wait for it and share it. A failed reading is
+// kept too, so a queue that does not answer is not asked again sooner.
+func (q *Queue) DepthWithin(ctx context.Context, maxAge time.Duration) DepthReading {
+	since := time.Now().Add(-maxAge)
+	select {
+	case q.depthSem <- struct{}{}:
+	case <-ctx.Done():
+		return DepthReading{Err: fmt.Errorf("queue: attributes: %w", ctx.Err()), At: time.Now()}
+	}
+	defer func() { <-q.depthSem }()
+	if last := q.LastDepth(); !last.At.IsZero() && !last.At.Before(since) {
+		return last
+	}
+	r := DepthReading{At: time.Now()}
+	r.Depth, r.Err = q.readDepth(ctx)
+	q.depthMu.Lock()
+	q.lastDepth = r
+	q.depthMu.Unlock()
+	return r
+}
+
+func (q *Queue) readDepth(ctx context.Context) (Depth, error) {
 	url, err := q.URL(ctx)
 	if err != nil {
 		return Depth{}, err
