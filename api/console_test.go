@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -285,11 +286,24 @@ func TestMonitoringShowsEveryRoutersPoolsAndOpenBreakers(t *testing.T) {
 	pools := func(inFlight int) json.RawMessage {
 		return json.RawMessage(fmt.Sprintf(`[{"code":"DISPATCH-POOL","concurrency":20,"inFlight":%d,"buffered":1,"succeeded":10,"retried":2,"failed":1,"rateLimited":0,"avgMediationMillis":0.4}]`, inFlight))
 	}
+	// a-host:1:y reports its queues, what it holds and its warnings; the
+	// others run a version that reports its pools only.
+	queues := json.RawMessage(`[{"name":"orders.fifo","url":"http://sqs.local/000000000000/orders.fifo","status":"UP","connections":2,
+		"visibilityTimeoutSeconds":60,"receives":40,"messagesReceived":12,"receiveErrors":1,"held":5,
+		"depth":{"visible":7,"inFlight":5,"delayed":0},"depthAt":"2025-10-04T15:00:00.000Z"},
+		{"name":"bulk.fifo","status":"DOWN","lastError":"queue: receive: connection refused","failedAt":"2025-10-04T15:00:01Z",
+		"connections":1,"visibilityTimeoutSeconds":0,"receives":3,"messagesReceived":0,"receiveErrors":3,"held":0,
+		"depth":null,"depthError":"queue: attributes: connection refused","depthAt":"2025-10-04T15:00:00.000Z"}]`)
+	inFlight := json.RawMessage(`{"count":5,"mediating":4,"buffered":1,"oldest":{"jobId":"0HZXJ4Q2A0001","messageId":"m-1",
+		"queue":"orders.fifo","pool":"DISPATCH-POOL","groupId":"customer-1","state":"MEDIATING","receivedAt":"2025-10-04T14:59:30.000Z",
+		"ageMillis":30000,"startedAt":"2025-10-04T14:59:30.001Z","mediatingMillis":29999,"receiveCount":1}}`)
+	warnings := json.RawMessage(`[{"type":"UNKNOWN_POOL","message":"pool NO-SUCH is not configured: the default pool took the job",
+		"pool":"NO-SUCH","jobId":"0HZXJ4Q2A0002","count":3,"firstAt":"2025-10-04T14:00:00.000Z","lastAt":"2025-10-04T14:59:00.000Z"}]`)
 	started := time.Now().Add(-time.Hour)
 	stopped := time.Now()
 	for _, r := range []dispatch.RouterReport{
 		{ID: "b-host:2:x", Host: "b-host", Version: "1.2.0", Pools: pools(3), StartedAt: started},
-		{ID: "a-host:1:y", Host: "a-host", Version: "1.2.0", Pools: pools(5), StartedAt: started},
+		{ID: "a-host:1:y", Host: "a-host", Version: "1.3.0", Pools: pools(5), Queues: queues, InFlight: inFlight, Warnings: warnings, StartedAt: started},
 		{ID: "a-host:0:z", Host: "a-host", Version: "1.1.0", Pools: pools(0), StartedAt: started, StoppedAt: &stopped},
 		{ID: "c-host:9:w", Host: "c-host", Version: "1.2.0", Pools: pools(7), StartedAt: started},
 	} {
@@ -327,6 +341,44 @@ func TestMonitoringShowsEveryRoutersPoolsAndOpenBreakers(t *testing.T) {
 	if len(m.Breakers) != 1 || m.Breakers[0].Host != "down.example:443" {
 		t.Errorf("breakers = %+v", m.Breakers)
 	}
+
+	// The queues, in-flight messages and warnings as the router reported
+	// them; a router that reported none has none of these fields.
+	var raw struct {
+		Routers []map[string]json.RawMessage
+	}
+	f.do(t, "GET", "/api/dispatch/monitoring", "").want(t, http.StatusOK).decode(t, &raw)
+	for _, r := range raw.Routers {
+		var id string
+		_ = json.Unmarshal(r["id"], &id)
+		_, hasQueues := r["queues"]
+		_, hasInFlight := r["inFlight"]
+		_, hasWarnings := r["warnings"]
+		if id != "a-host:1:y" {
+			if hasQueues || hasInFlight || hasWarnings {
+				t.Errorf("router %s reported no queues, in-flight messages or warnings, but shows %v", id, r)
+			}
+			continue
+		}
+		for field, want := range map[string]json.RawMessage{"queues": queues, "inFlight": inFlight, "warnings": warnings} {
+			if !jsonEqual(t, r[field], want) {
+				t.Errorf("router %s's %s = %s, want %s as reported", id, field, r[field], want)
+			}
+		}
+	}
+}
+
+// jsonEqual says whether two JSON documents hold the same values.
+func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		return false
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // The backlog says how far delivery is behind: live jobs by state, the

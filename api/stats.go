@@ -131,9 +131,11 @@ type monitoringView struct {
 	Breakers []breakerView `json:"breakers"`
 }
 
-// routerView is a router process's last report: its pools as it reported
-// them, and whether it is up, stopped, or gone (silent for longer than
-// dispatch.RouterGoneAfter).
+// routerView is a router process's last report: its pools, queues,
+// in-flight messages and warnings as it reported them, and whether it is
+// up, stopped, or gone (silent for longer than dispatch.RouterGoneAfter).
+// A router of a version that did not report its queues, in-flight
+// messages or warnings has none of these fields.
 type routerView struct {
 	ID            string          `json:"id"`
 	Host          string          `json:"host"`
@@ -144,6 +146,9 @@ type routerView struct {
 	StoppedAt     *string         `json:"stoppedAt,omitempty"`
 	SilentSeconds float64         `json:"silentSeconds"`
 	Pools         json.RawMessage `json:"pools"`
+	Queues        json.RawMessage `json:"queues,omitempty"`
+	InFlight      json.RawMessage `json:"inFlight,omitempty"`
+	Warnings      json.RawMessage `json:"warnings,omitempty"`
 }
 
 type breakerView struct {
@@ -151,8 +156,9 @@ type breakerView struct {
 	OpenUntil string `json:"openUntil"`
 }
 
-// monitoring answers every router's pools, as the routers last reported
-// them to the database, and the circuit breakers open in this process.
+// monitoring answers every router's pools, queues, in-flight messages and
+// warnings, as the routers last reported them to the database, and the
+// circuit breakers open in this process.
 func (s *Server) monitoring(c *gin.Context) {
 	routers, err := s.store.Routers(c.Request.Context())
 	if err != nil {
@@ -163,7 +169,7 @@ func (s *Server) monitoring(c *gin.Context) {
 	for i, r := range routers {
 		v.Routers[i] = routerView{ID: r.ID, Host: r.Host, Version: r.Version, State: r.State(),
 			StartedAt: fmtTime(r.StartedAt), ReportedAt: fmtTime(r.ReportedAt), StoppedAt: fmtTimePtr(r.StoppedAt),
-			SilentSeconds: max(r.Silence.Seconds(), 0), Pools: r.Pools}
+			SilentSeconds: max(r.Silence.Seconds(), 0), Pools: r.Pools, Queues: r.Queues, InFlight: r.InFlight, Warnings: r.Warnings}
 	}
 	if s.cfg.Breakers != nil {
 		for _, b := range s.cfg.Breakers() {
