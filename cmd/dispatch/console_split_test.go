@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -10,7 +12,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -87,6 +92,29 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	retried := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/flaky", "payload": `{"n":4}`})
 	in.waitStatus(done.ID, 30*time.Second, "COMPLETED")
 	in.waitStatus(retried.ID, 30*time.Second, "COMPLETED")
+	// A stray pointer naming a pool no router has (sent by a router of an
+	// older configuration, say): a router routes it to the default pool
+	// with a warning, and reports the warning to the database.
+	stray, _ := json.Marshal(dispatch.Pointer{ID: done.ID, PoolCode: "RETIRED-POOL", MediationType: "HTTP", MessageGroupID: done.ID})
+	if _, err := q.Open(t).SendBatch(t.Context(), []router.Entry{{Body: string(stray), GroupID: done.ID, DeduplicationID: "stray-" + done.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() bool {
+		var mon struct {
+			Routers []struct {
+				Warnings []struct{ Type, Pool string }
+			}
+		}
+		in.do("GET", "/api/dispatch/monitoring", apiToken, nil, &mon)
+		for _, r := range mon.Routers {
+			for _, w := range r.Warnings {
+				if w.Type == "UNKNOWN_POOL" && w.Pool == "RETIRED-POOL" {
+					return true
+				}
+			}
+		}
+		return false
+	}, func() string { return "no router reported the stray pointer's unknown pool" })
 
 	b := newBrowser(t, in.apiURL)
 	b.signIn()
@@ -123,7 +151,22 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	// Both routers' pools, as each reported them to the database: neither
 	// process is reachable from the API.
 	b.waitFor("two routers with their pools", `document.querySelectorAll('#pools .router [data-pool="DISPATCH-POOL"]').length === 2 &&
-		[...document.querySelectorAll('#pools .router .chip')].filter((c) => c.textContent === 'UP').length === 2`)
+		[...document.querySelectorAll('#pools .router-head .chip')].filter((c) => c.textContent === 'UP').length === 2`)
+	// Each router's queue, by name, as it reported it with SQS's counts.
+	queueRows := `[...document.querySelectorAll('#pools .router tr[data-queue=` + quoteJS(q.Name) + `]')]`
+	b.waitFor("both routers' queue", queueRows+`.length === 2`)
+	for i, row := range eval[[]string](b, queueRows+`.map((tr) => [...tr.cells].map((td) => td.textContent).join(' | '))`) {
+		if !regexp.MustCompile(`^` + regexp.QuoteMeta(q.Name) + ` \| UP \| \d+ \| \d+ \| \d+ \| \d+ \| \d+ \(\d+ msgs\) \| 0$`).MatchString(row) {
+			t.Errorf("router %d's queue row reads %q, want %s UP with its depth, held messages, receives and no errors", i+1, row, q.Name)
+		}
+	}
+	// The router that holds the hanging delivery says so: the oldest
+	// message it holds is that job's, mediating.
+	b.waitFor("the held delivery among the messages held", `[...document.querySelectorAll('#pools .router-in-flight')].some((e) =>
+		e.querySelector('a') && e.querySelector('a').textContent === `+quoteJS(held.ID)+` && e.textContent.includes('mediating, group customer-1'))`)
+	// The stray pointer's warning, with its pool and its job.
+	b.waitFor("the unknown pool's warning", `[...document.querySelectorAll('#pools .router-warnings tr[data-type="UNKNOWN_POOL"]')].some((tr) =>
+		tr.textContent.includes('"RETIRED-POOL" is not configured') && tr.textContent.includes(`+quoteJS(done.ID)+`))`)
 	b.shot("20-overview-split-backlog")
 	// A router that stops says so in its last report.
 	if err := second.stop(); err != nil {
@@ -137,6 +180,24 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	// the hanging delivery has reported it in flight since.
 	b.waitFor("the held delivery in flight", `document.querySelector('#pools .router [data-pool]').textContent.includes('1 / 20')`)
 	b.shot("20b-overview-router-stopped")
+	// A router of a version from before queues, held messages and warnings
+	// were reported writes its pools only, as its statement did: it still
+	// shows, its pools with it, and says where the rest is.
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), `INSERT INTO dispatch_router (id, host, version, pools, started_at, reported_at)
+		VALUES ('old-host:1:abcdef', 'old-host', '0.9.0', $1, now() - interval '1 hour', now())`,
+		`[{"code":"DISPATCH-POOL","concurrency":5,"inFlight":0,"buffered":0,"succeeded":3,"retried":0,"failed":0,"rateLimited":0,"avgMediationMillis":1.5}]`); err != nil {
+		t.Fatal(err)
+	}
+	b.visit("#/jobs")
+	b.visit("#/overview")
+	b.waitFor("the older router with its pools", `(() => { const r = document.querySelector('#pools .router[data-router="old-host:1:abcdef"]');
+		return !!r && !!r.querySelector('[data-pool="DISPATCH-POOL"]') && !!r.querySelector('.router-old') && !r.querySelector('[data-queue]') })()`)
+	b.shot("20c-overview-older-router")
 	b.do("follow the pending count", chromedp.Click(chromedp.ID("backlog-pending")))
 	b.waitFor("the pending job", `location.hash === '#/jobs?status=PENDING' && (() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
 		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(waiting.ID)+` })()`)

@@ -70,7 +70,7 @@ export function overviewPage(main) {
         h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, dead.totalItems.toLocaleString()),
         h('div', { class: 'stat-sub' }, 'jobs in ERROR')));
     const charts = h('div', { class: 'charts' });
-    clear(body, cards, backlogCard(backlog), charts, h('div', { class: 'grid-overview' }, poolsCard(mon), breakersCard(mon)), storageCard(storage));
+    clear(body, cards, backlogCard(backlog), charts, routersCard(mon), h('div', { class: 'grid-overview' }, storageCard(storage), breakersCard(mon)));
     const xs = stats.buckets.map((b) => Date.parse(b.start) / 1000);
     if (t.attempts === 0) {
       charts.append(h('div', { class: 'card' }, empty('No deliveries in the last hour',
@@ -100,14 +100,16 @@ export function overviewPage(main) {
   return () => { stopped = true; clearInterval(timer); plots.forEach((p) => p.destroy()); };
 }
 
-// poolsCard shows every router's pools, as the routers last reported them
-// to the database: the running ones with their pools, then those that
-// stopped or went silent, one line each.
-function poolsCard(mon) {
-  const title = h('h3', {}, 'Routers and pools');
+// routersCard shows every router as it last reported itself to the
+// database: each running one with its pools, its queues, the messages it
+// holds and its latest warnings; then those that stopped or went silent,
+// one line each. A router of a version that reports its pools only shows
+// them alone.
+function routersCard(mon) {
+  const title = h('h3', {}, 'Routers');
   if (!mon.routers.length) {
     return h('div', { class: 'card', id: 'pools' }, title, empty('No router has reported',
-      'Each router (dispatch router or dispatch all) reports its pools to the database every 5 s; a router needs DATABASE_URL for that.'));
+      'Each router (dispatch router or dispatch all) reports its pools, queues and warnings to the database every 5 s; a router needs DATABASE_URL for that.'));
   }
   const up = mon.routers.filter((r) => r.state === 'UP');
   const down = mon.routers.filter((r) => r.state !== 'UP');
@@ -115,10 +117,68 @@ function poolsCard(mon) {
     up.map((r) => h('div', { class: 'router', dataset: { router: r.id } },
       h('div', { class: 'router-head' }, h('strong', { class: 'router-host' }, r.host), ' ', statusChip(r.state),
         h('span', { class: 'muted small' }, ` ${r.id} · ${r.version} · up ${duration(Math.max(0, (Date.parse(r.reportedAt) - Date.parse(r.startedAt)) / 1000 + r.silentSeconds))} · reported ${duration(r.silentSeconds)} ago`)),
-      poolsTable(r.pools))),
+      h('div', { class: 'router-section' }, h('div', { class: 'router-label' }, 'Pools'), poolsTable(r.pools)),
+      r.queues ? [
+        h('div', { class: 'router-section' }, h('div', { class: 'router-label' }, 'Queues'), queuesTable(r.queues)),
+        h('div', { class: 'router-section' }, h('div', { class: 'router-label' }, 'Messages held'), inFlightLine(r.inFlight)),
+        h('div', { class: 'router-section' }, h('div', { class: 'router-label' }, 'Warnings'), warningsList(r.warnings)),
+      ] : h('div', { class: 'router-section muted small router-old' },
+        `This router runs ${r.version}, which reports its pools only: its queues, held messages and warnings are on its own listener (/monitoring/queues, /monitoring/in-flight, /monitoring/warnings).`))),
     down.length ? h('div', { class: 'routers-down' }, down.map((r) => h('div', { class: 'router router-down small', dataset: { router: r.id } },
       statusChip(r.state), ' ', h('strong', {}, r.host), h('span', { class: 'muted' }, ` ${r.id} · `,
         r.state === 'STOPPED' ? `stopped ${fmtTime(r.stoppedAt)}` : `silent for ${duration(r.silentSeconds)}, last heard ${fmtTime(r.reportedAt)}`)))) : null);
+}
+
+// queuesTable: each queue the router consumes, with its depth as SQS
+// approximates it (read at the router's report) and the router's receives.
+function queuesTable(queues) {
+  if (!queues.length) return empty('No queues');
+  const count = (n) => (n === undefined ? '—' : n.toLocaleString());
+  return h('table', { class: 'table table-queues' },
+    h('thead', {}, h('tr', {}, ['Queue', 'Status', 'Waiting', 'In flight', 'Delayed', 'Held here', 'Receives', 'Errors'].map((c) => h('th', {}, c)))),
+    h('tbody', {}, queues.map((q) => {
+      const d = q.depth || {};
+      const unread = q.depth ? null : (q.depthError || 'not read yet');
+      return h('tr', { dataset: { queue: q.name } },
+        h('td', { class: 'queue-name' }, h('code', { title: q.url || q.name }, q.name),
+          q.lastError ? h('div', { class: 'error-text small queue-error', title: q.lastError }, q.lastError) : null),
+        h('td', {}, statusChip(q.status)),
+        h('td', { class: 'num', title: unread || `read ${fmtTime(q.depthAt)}` }, count(d.visible)),
+        h('td', { class: 'num', title: unread || 'received by any consumer, not deleted yet' }, count(d.inFlight)),
+        h('td', { class: 'num', title: unread || '' }, count(d.delayed)),
+        h('td', { class: 'num', title: 'buffered or mediating in this router' }, q.held.toLocaleString()),
+        h('td', { class: 'num' }, q.receives.toLocaleString(), h('span', { class: 'muted small' }, ` (${q.messagesReceived.toLocaleString()} msgs)`)),
+        h('td', { class: 'num' + (q.receiveErrors ? ' error-text' : '') }, q.receiveErrors.toLocaleString()));
+    })));
+}
+
+// inFlightLine: how many messages the router holds and how long it has
+// held the oldest, linking to its job.
+function inFlightLine(f) {
+  if (!f || !f.count) return h('div', { class: 'router-in-flight muted' }, 'No message held');
+  const o = f.oldest;
+  return h('div', { class: 'router-in-flight' },
+    h('strong', {}, `${f.count.toLocaleString()} message${f.count === 1 ? '' : 's'}`),
+    ` (${f.mediating.toLocaleString()} mediating, ${f.buffered.toLocaleString()} buffered)`,
+    o ? [' · oldest ', h('strong', { class: 'oldest-age' }, duration(o.ageMillis / 1000)), ': job ',
+      h('a', { href: '#/jobs/' + encodeURIComponent(o.jobId), class: 'mono' }, o.jobId),
+      h('span', { class: 'muted' }, ` ${o.state.toLowerCase()}, group ${o.groupId}, pool ${o.pool}, queue ${o.queue}`)] : null);
+}
+
+// warningsList: the router's latest warnings, the latest first; repeats
+// of one are counted.
+function warningsList(ws) {
+  if (!ws || !ws.length) return h('div', { class: 'router-warnings muted' }, 'No warnings');
+  const shown = ws.slice(0, 5);
+  return h('div', { class: 'router-warnings' },
+    h('table', { class: 'table table-warnings' },
+      h('tbody', {}, shown.map((w) => h('tr', { dataset: { type: w.type } },
+        h('td', {}, h('span', { class: 'chip chip-warning' }, w.type)),
+        h('td', { class: 'warning-message' }, w.message,
+          w.jobId ? [' · job ', h('a', { href: '#/jobs/' + encodeURIComponent(w.jobId), class: 'mono' }, w.jobId)] : null),
+        h('td', { class: 'num muted' }, w.count > 1 ? `×${w.count.toLocaleString()}` : ''),
+        h('td', { class: 'nowrap muted small', title: `first ${fmtTime(w.firstAt)}` }, fmtTime(w.lastAt)))))),
+    ws.length > shown.length ? h('div', { class: 'muted small' }, `and ${ws.length - shown.length} older (the router's /monitoring/warnings lists them all)`) : null);
 }
 
 function poolsTable(pools) {
