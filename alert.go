@@ -143,7 +143,7 @@ func ParseAlertDestination(body []byte, rules JobRules) (*AlertDestination, erro
 	d := fieldDecoder{fields: fields, p: &p}
 	dest := &AlertDestination{Name: d.str("name", 200, true), Kind: d.str("kind", 16, true), URL: d.str("url", MaxURLLen, true)}
 	if dest.URL != "" {
-		validateTarget(&p, "url", dest.URL, rules)
+		rules.CheckTarget(&p, "url", dest.URL)
 	}
 	if d.present("credentialsId") {
 		if id, ok := d.id("credentialsId"); ok {
@@ -152,21 +152,28 @@ func ParseAlertDestination(body []byte, rules JobRules) (*AlertDestination, erro
 			p.Add("credentialsId", "must be a credentials id")
 		}
 	}
-	switch dest.Kind {
+	CheckAlertKind(&p, dest.Kind, d.present("credentialsId"))
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	return dest, nil
+}
+
+// CheckAlertKind notes the problems of an alert destination's kind (set:
+// webhook or slack) given whether it names credentials: a webhook's alerts
+// are signed, a Slack incoming-webhook URL is its own secret.
+func CheckAlertKind(p *Problems, kind string, withCredentials bool) {
+	switch kind {
 	case AlertWebhook:
-		if !d.present("credentialsId") {
+		if !withCredentials {
 			p.Add("credentialsId", "is required for a webhook: alerts are signed")
 		}
 	case AlertSlack:
-		if d.present("credentialsId") {
+		if withCredentials {
 			p.Add("credentialsId", "is not used by a slack destination (an incoming-webhook URL is its own secret)")
 		}
 	case "":
 	default:
 		p.Add("kind", "must be webhook or slack")
 	}
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	return dest, nil
 }

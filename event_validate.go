@@ -116,7 +116,7 @@ func applySubscriptionFields(d fieldDecoder, sub *Subscription, rules JobRules, 
 	if d.present("url") {
 		sub.URL = d.str("url", MaxURLLen, true)
 		if sub.URL != "" {
-			validateTarget(d.p, "url", sub.URL, rules)
+			rules.CheckTarget(d.p, "url", sub.URL)
 		}
 	}
 	if d.present("eventTypes") {
@@ -124,11 +124,11 @@ func applySubscriptionFields(d fieldDecoder, sub *Subscription, rules JobRules, 
 	}
 	if d.present("filter") {
 		sub.Filter = d.stringMap("filter")
-		validateMetadata(d.p, sub.Filter)
+		CheckMetadata(d.p, sub.Filter)
 	}
 	if d.present("headers") {
 		sub.Headers = d.stringMap("headers")
-		validateHeaders(d.p, sub.Headers)
+		CheckHeaders(d.p, sub.Headers)
 	}
 	if d.present("credentialsId") {
 		if id, ok := d.id("credentialsId"); ok {
@@ -154,10 +154,7 @@ func applySubscriptionFields(d fieldDecoder, sub *Subscription, rules JobRules, 
 		}
 	}
 	if d.present("orderingKey") {
-		k := d.str("orderingKey", MaxOrderingKeyLen, false)
-		if !strings.HasPrefix(k, "/") || hasControl(k) {
-			d.p.Add("orderingKey", "must be a JSON pointer into the event's data, such as /customerId")
-		} else {
+		if k := d.str("orderingKey", MaxOrderingKeyLen, false); CheckOrderingKey(d.p, k) {
 			sub.OrderingKey = k
 		}
 	}
@@ -192,8 +189,7 @@ func eventPatterns(d fieldDecoder) []string {
 			d.p.Add(field, "must be a string")
 			continue
 		}
-		if msg := patternProblem(s); msg != "" {
-			d.p.Add(field, "%s", msg)
+		if !CheckEventPattern(d.p, field, s) {
 			continue
 		}
 		if !seen[s] {
@@ -204,19 +200,55 @@ func eventPatterns(d fieldDecoder) []string {
 	return out
 }
 
-func patternProblem(s string) string {
-	const shape = "must be an event type (order.created), a prefix (order.*) or *"
-	if s == "*" {
-		return ""
+// CheckEventPattern reports whether pattern is one a subscription's
+// eventTypes may hold (an event type, "prefix.*" or "*"), noting a problem
+// with field when not.
+func CheckEventPattern(p *Problems, field, pattern string) bool {
+	if pattern == "*" {
+		return true
 	}
-	exact := strings.TrimSuffix(s, ".*")
-	switch {
-	case exact == "" || utf8.RuneCountInString(s) > MaxTypeLen:
-		return shape
-	case strings.ContainsAny(exact, "* \t\r\n\x00"):
-		return shape
+	exact := strings.TrimSuffix(pattern, ".*")
+	if exact == "" || utf8.RuneCountInString(pattern) > MaxTypeLen || strings.ContainsAny(exact, "* \t\r\n\x00") {
+		p.Add(field, "must be an event type (order.created), a prefix (order.*) or *")
+		return false
 	}
-	return ""
+	return true
+}
+
+// CheckOrderingKey reports whether key may be a subscription's
+// orderingKey (a JSON pointer into the event's data), noting a problem
+// with orderingKey when not.
+func CheckOrderingKey(p *Problems, key string) bool {
+	if !strings.HasPrefix(key, "/") || hasControl(key) {
+		p.Add("orderingKey", "must be a JSON pointer into the event's data, such as /customerId")
+		return false
+	}
+	return true
+}
+
+// CheckEventType notes a problem with type when t, set, is not a dotted
+// event type a subscription's patterns can match.
+func CheckEventType(p *Problems, t string) {
+	if t != "" && (strings.ContainsAny(t, "* \t\r\n") || strings.HasSuffix(t, ".") || strings.HasPrefix(t, ".")) {
+		p.Add("type", "must be a dotted event type such as order.created (no *, spaces, or leading/trailing dot)")
+	}
+}
+
+// CheckEventMetadata notes every problem with an event's metadata: at most
+// MaxEventMetadata pairs (its jobs add two), each as CheckMetadata wants,
+// and neither of the keys dispatch sets on the jobs (eventId,
+// subscriptionId).
+func CheckEventMetadata(p *Problems, m map[string]string) {
+	if len(m) > MaxEventMetadata {
+		p.Add("metadata", "holds %d pairs; at most %d are allowed on an event", len(m), MaxEventMetadata)
+	} else {
+		CheckMetadata(p, m)
+	}
+	for _, k := range []string{"eventId", "subscriptionId"} {
+		if _, ok := m[k]; ok {
+			p.Add("metadata."+k, "is reserved: dispatch sets it on the jobs")
+		}
+	}
 }
 
 // id reads a positive id given as a number or a string.
@@ -257,21 +289,10 @@ func ParseEvent(body []byte) (*Event, any, error) {
 	e := &Event{}
 	e.Source = d.str("source", MaxSourceLen, true)
 	e.Type = d.str("type", MaxTypeLen, true)
-	if e.Type != "" && (strings.ContainsAny(e.Type, "* \t\r\n") || strings.HasSuffix(e.Type, ".") || strings.HasPrefix(e.Type, ".")) {
-		p.Add("type", "must be a dotted event type such as order.created (no *, spaces, or leading/trailing dot)")
-	}
+	CheckEventType(&p, e.Type)
 	e.IdempotencyKey = d.str("idempotencyKey", MaxIdempotencyLen, false)
 	e.Metadata = d.stringMap("metadata")
-	if len(e.Metadata) > MaxEventMetadata {
-		p.Add("metadata", "holds %d pairs; at most %d are allowed on an event", len(e.Metadata), MaxEventMetadata)
-	} else {
-		validateMetadata(&p, e.Metadata)
-	}
-	for _, k := range []string{"eventId", "subscriptionId"} {
-		if _, ok := e.Metadata[k]; ok {
-			p.Add("metadata."+k, "is reserved: dispatch sets it on the jobs")
-		}
-	}
+	CheckEventMetadata(&p, e.Metadata)
 	var data any
 	if !d.present("data") {
 		p.Add("data", "is required (any JSON value)")

@@ -118,27 +118,44 @@ func routeFields(d fieldDecoder, rules JobRules, queue, pool *string) {
 	if d.present("queueUrl") {
 		before := len(*d.p)
 		named := d.str("queueUrl", MaxURLLen, false)
-		switch key, ok := rules.Routing.Queue(named); {
-		case len(*d.p) > before: // not a string, or too long: said
-		case ok:
-			*queue = key
-		case len(rules.Routing.QueueKeys()) == 0:
-			d.p.Add("queueUrl", "names no queue of this deployment (none is configured)")
-		default:
-			d.p.Add("queueUrl", "must be one of the configured queues: %s", strings.Join(rules.Routing.QueueKeys(), ", "))
+		if len(*d.p) == before { // else not a string, or too long: said
+			if key, ok := rules.CheckQueue(d.p, named); ok {
+				*queue = key
+			}
 		}
 	}
 	if d.present("poolCode") {
 		before := len(*d.p)
 		code := d.str("poolCode", MaxPoolCodeLen, false)
-		switch {
-		case len(*d.p) > before: // not a string, or too long: said
-		case rules.Routing.Pool(code):
+		if len(*d.p) == before && rules.CheckPool(d.p, code) {
 			*pool = code
-		default:
-			d.p.Add("poolCode", "must be one of the configured pools: %s", strings.Join(rules.Routing.Pools(), ", "))
 		}
 	}
+}
+
+// CheckQueue returns the key of the configured queue a job or subscription
+// names (queueUrl: see Routing.Queue), or notes a problem with queueUrl
+// that lists the configured ones.
+func (rules JobRules) CheckQueue(p *Problems, named string) (key string, ok bool) {
+	key, ok = rules.Routing.Queue(named)
+	switch {
+	case ok:
+	case len(rules.Routing.QueueKeys()) == 0:
+		p.Add("queueUrl", "names no queue of this deployment (none is configured)")
+	default:
+		p.Add("queueUrl", "must be one of the configured queues: %s", strings.Join(rules.Routing.QueueKeys(), ", "))
+	}
+	return key, ok
+}
+
+// CheckPool reports whether code names a configured pool (poolCode), or
+// notes a problem with poolCode that lists them.
+func (rules JobRules) CheckPool(p *Problems, code string) bool {
+	if rules.Routing.Pool(code) {
+		return true
+	}
+	p.Add("poolCode", "must be one of the configured pools: %s", strings.Join(rules.Routing.Pools(), ", "))
+	return false
 }
 
 // MaxPoolCodeLen bounds a pool code.

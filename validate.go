@@ -297,13 +297,11 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	j.Source = d.str("source", MaxSourceLen, true)
 	j.Type = d.str("type", MaxTypeLen, true)
 	j.GroupID = d.str("groupId", MaxGroupIDLen, false)
-	if j.GroupID != "" && !validGroupID(j.GroupID) {
-		p.Add("groupId", "may hold only ASCII letters, digits and punctuation (the SQS MessageGroupId alphabet; no spaces)")
-	}
+	CheckGroupID(&p, j.GroupID)
 	j.IdempotencyKey = d.str("idempotencyKey", MaxIdempotencyLen, false)
 	j.TargetURL = d.str("targetUrl", MaxURLLen, true)
 	if j.TargetURL != "" {
-		validateTarget(&p, "targetUrl", j.TargetURL, rules)
+		rules.CheckTarget(&p, "targetUrl", j.TargetURL)
 	}
 	if d.present("protocol") {
 		if proto := d.str("protocol", 32, false); proto != ProtocolHTTPWebhook {
@@ -321,17 +319,14 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 		p.Add("payload", "is required")
 	}
 	if d.present("payloadContentType") {
-		ct := d.str("payloadContentType", MaxContentTypeLen, false)
-		if ct == "" || hasControl(ct) {
-			p.Add("payloadContentType", "must be a non-empty media type without line breaks")
-		} else {
+		if ct := d.str("payloadContentType", MaxContentTypeLen, false); CheckContentType(&p, ct) {
 			j.PayloadContentType = ct
 		}
 	}
 	j.Headers = d.stringMap("headers")
-	validateHeaders(&p, j.Headers)
+	CheckHeaders(&p, j.Headers)
 	j.Metadata = d.stringMap("metadata")
-	validateMetadata(&p, j.Metadata)
+	CheckMetadata(&p, j.Metadata)
 	if d.present("credentialsId") {
 		// A string or a number: a number is parsed as written.
 		n, ok := unquote(fields["credentialsId"])
@@ -366,27 +361,23 @@ func jobFromFields(fields map[string]json.RawMessage, p Problems, rules JobRules
 	routeFields(d, rules, &j.QueueURL, &j.PoolCode)
 	j.ScheduledFor = d.time("scheduledFor")
 	j.ExpiresAt = d.time("expiresAt")
-	if s := j.ScheduledFor; s != nil && s.After(now.Add(MaxScheduleAhead)) {
-		p.Add("scheduledFor", "must be within %d days from now", int(MaxScheduleAhead.Hours()/24))
-	}
-	if e := j.ExpiresAt; e != nil {
-		switch {
-		case !e.After(now):
-			p.Add("expiresAt", "must be in the future")
-		case e.After(now.Add(MaxScheduleAhead + 24*time.Hour)):
-			p.Add("expiresAt", "must be within %d days from now", int(MaxScheduleAhead.Hours()/24)+1)
-		case j.ScheduledFor != nil && !e.After(*j.ScheduledFor):
-			p.Add("expiresAt", "must be after scheduledFor")
-		}
-	}
+	CheckSchedule(&p, j.ScheduledFor, j.ExpiresAt, now)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
 
-// validGroupID reports whether s fits SQS's MessageGroupId alphabet: a job
-// whose group SQS refuses could never be published.
+// CheckGroupID notes a problem with groupId when id is set and outside
+// SQS's MessageGroupId alphabet: a job whose group SQS refuses could never
+// be published.
+func CheckGroupID(p *Problems, id string) {
+	if id != "" && !validGroupID(id) {
+		p.Add("groupId", "may hold only ASCII letters, digits and punctuation (the SQS MessageGroupId alphabet; no spaces)")
+	}
+}
+
+// validGroupID reports whether s fits SQS's MessageGroupId alphabet.
 func validGroupID(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] > '~' {
@@ -396,8 +387,12 @@ func validGroupID(s string) bool {
 	return true
 }
 
-func validateTarget(p *Problems, field, raw string, rules JobRules) {
-	u, err := url.Parse(raw)
+// CheckTarget notes a problem with field (targetUrl, a subscription's or
+// an alert destination's url) when target is not a URL the deployment
+// sends to: absolute, https (or http where AllowHTTP), without user
+// information or fragment, its port (if any) from 1 to 65535.
+func (rules JobRules) CheckTarget(p *Problems, field, target string) {
+	u, err := url.Parse(target)
 	switch {
 	case err != nil || !u.IsAbs() || u.Host == "" || u.Hostname() == "":
 		p.Add(field, "must be an absolute http(s) URL")
@@ -424,7 +419,44 @@ func validPort(port string) bool {
 	return err == nil && n >= 1 && n <= 65535
 }
 
-func validateHeaders(p *Problems, h map[string]string) {
+// CheckContentType reports whether ct may be a payload's media type (not
+// empty, no line breaks or other control characters), noting a problem
+// with payloadContentType when not.
+func CheckContentType(p *Problems, ct string) bool {
+	if ct == "" || hasControl(ct) {
+		p.Add("payloadContentType", "must be a non-empty media type without line breaks")
+		return false
+	}
+	return true
+}
+
+// CheckSchedule notes the problems of a job's scheduledFor and expiresAt
+// (either may be nil) at now: scheduledFor at most MaxScheduleAhead from
+// now; expiresAt in the future, at most a day past that, and after
+// scheduledFor.
+func CheckSchedule(p *Problems, scheduledFor, expiresAt *time.Time, now time.Time) {
+	if s := scheduledFor; s != nil && s.After(now.Add(MaxScheduleAhead)) {
+		p.Add("scheduledFor", "must be within %d days from now", int(MaxScheduleAhead.Hours()/24))
+	}
+	if e := expiresAt; e != nil {
+		switch {
+		case !e.After(now):
+			p.Add("expiresAt", "must be in the future")
+		case e.After(now.Add(MaxScheduleAhead + 24*time.Hour)):
+			p.Add("expiresAt", "must be within %d days from now", int(MaxScheduleAhead.Hours()/24)+1)
+		case scheduledFor != nil && !e.After(*scheduledFor):
+			p.Add("expiresAt", "must be after scheduledFor")
+		}
+	}
+}
+
+// CheckHeaders notes every problem with a job's or subscription's custom
+// headers (fields headers and headers.<name>): at most MaxHeaders, each an
+// RFC 9110 token of at most MaxHeaderNameLen, none that dispatch sets or
+// that are hop-by-hop, no signature-header prefixes, values without
+// control characters (net/http would refuse to send them) of at most
+// MaxHeaderValueLen bytes.
+func CheckHeaders(p *Problems, h map[string]string) {
 	if len(h) > MaxHeaders {
 		p.Add("headers", "holds %d headers; at most %d are allowed", len(h), MaxHeaders)
 	}
@@ -446,7 +478,11 @@ func validateHeaders(p *Problems, h map[string]string) {
 	}
 }
 
-func validateMetadata(p *Problems, m map[string]string) {
+// CheckMetadata notes every problem with metadata pairs (a job's or an
+// event's metadata, a subscription's filter; fields metadata and
+// metadata.<key>): at most MaxMetadataPairs, keys of 1 to MaxMetadataKeyLen
+// characters, values of at most MaxMetadataValLen, no NUL characters.
+func CheckMetadata(p *Problems, m map[string]string) {
 	if len(m) > MaxMetadataPairs {
 		p.Add("metadata", "holds %d pairs; at most %d are allowed", len(m), MaxMetadataPairs)
 		return
