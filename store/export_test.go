@@ -43,6 +43,20 @@ func StartHistoryAt(ctx context.Context, s *Store, t time.Time, interval time.Du
 	hi := IDAt(t)
 	for _, parent := range partitioned {
 		legacy := parent + "_legacy"
+		// The partitions the store made when it was opened go too.
+		rows, err := s.pool.Query(ctx, `SELECT name FROM dispatch_partition WHERE parent = $1 AND name <> $2`, parent, legacy)
+		if err != nil {
+			return err
+		}
+		made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, name := range made {
+			if _, err := s.pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+				return err
+			}
+		}
 		if _, err := s.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE %s; DELETE FROM dispatch_partition WHERE parent = '%s';
 			CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (MINVALUE) TO (%d)`, legacy, parent, legacy, parent, hi)); err != nil {
 			return err
@@ -60,3 +74,6 @@ func StartHistoryAt(ctx context.Context, s *Store, t time.Time, interval time.Du
 	_, err := s.MaintainHistory(ctx, time.Now(), History{Interval: interval})
 	return err
 }
+
+// FilterWhere is the search's WHERE clause for f, for EXPLAIN.
+var FilterWhere = filterWhere

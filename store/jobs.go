@@ -586,7 +586,13 @@ func filterWhere(f dispatch.JobFilter) (string, []any) {
 		add("id < ?", f.Before)
 	}
 	if len(f.Metadata) > 0 {
-		add("metadata @> ?", f.Metadata)
+		// The metadata index holds finished jobs only (metadataIndex); live
+		// ones, few by comparison, are found through the status index. The
+		// live arm's test is written differently (COALESCE; metadata is
+		// never NULL) so that the planner does not factor the two tests
+		// out of the OR, which leaves neither arm an index to go by.
+		add(`((status IN (`+finishedStatuses+`) AND metadata @> ?)
+			OR (status IN (`+liveStatuses+`) AND COALESCE(metadata, '{}') @> ?))`, f.Metadata)
 	}
 	return w.sql(), w.args
 }

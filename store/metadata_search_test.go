@@ -1,0 +1,122 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// A metadata search finds a job in every status: finished jobs through the
+// metadata index (which holds only those), live ones through the status
+// index, and a job moving from one to the other is found all along.
+func TestMetadataSearchFindsJobsInEveryStatus(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	ctx := t.Context()
+	want := map[int64]dispatch.Status{}
+	for _, status := range dispatch.Statuses {
+		j := createJob(t, st, withMetadata("tenant", "acme"))
+		createJob(t, st, withMetadata("tenant", "other"))
+		if _, err := pool.Exec(ctx, `UPDATE dispatch_job SET status = $2 WHERE id = $1`, j.ID, string(status)); err != nil {
+			t.Fatal(err)
+		}
+		want[j.ID] = status
+	}
+	search := func() map[int64]dispatch.Status {
+		t.Helper()
+		got, total, err := st.SearchJobs(ctx, dispatch.JobFilter{Metadata: map[string]string{"tenant": "acme"}}, 0, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total != len(got) {
+			t.Errorf("total %d for %d jobs found", total, len(got))
+		}
+		m := map[int64]dispatch.Status{}
+		for _, j := range got {
+			m[j.ID] = j.Status
+		}
+		return m
+	}
+	if got := search(); len(got) != len(want) {
+		t.Fatalf("found %v, want one job in each status: %v", got, want)
+	}
+	// Filtered by status as well: each status alone finds its job.
+	for id, status := range want {
+		got, _, err := st.SearchJobs(ctx, dispatch.JobFilter{Statuses: []dispatch.Status{status},
+			Metadata: map[string]string{"tenant": "acme"}}, 0, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].ID != id {
+			t.Errorf("status %s: found %v, want job %d", status, ids(got), id)
+		}
+	}
+}
+
+// The metadata search can go by index for finished and live jobs alike:
+// with the partitions' sequential reads priced out (as they are on a
+// partition of millions of jobs), its plan reads the metadata index for
+// the finished arm and the status index for the live arm, on every
+// partition. Every partition has a valid metadata index.
+func TestMetadataSearchCanUseTheIndexes(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	ctx := t.Context()
+	jobs := createJobs(t, st, 50)
+	ids := make([]int64, len(jobs))
+	for k, j := range jobs {
+		ids[k] = j.ID
+	}
+	if _, err := pool.Exec(ctx, `UPDATE dispatch_job SET status = CASE WHEN id % 5 = 0 THEN 'PENDING' ELSE 'COMPLETED' END,
+		metadata = jsonb_build_object('tenant', CASE WHEN id % 10 = 0 THEN 'rare' ELSE 'common' END)
+		WHERE id = ANY($1)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	where, args := store.FilterWhere(dispatch.JobFilter{Metadata: map[string]string{"tenant": "rare"}})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	rows, err := tx.Query(ctx, `EXPLAIN SELECT id FROM dispatch_job`+where, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan += line + "\n"
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "_metadata_done") || !strings.Contains(plan, "BitmapOr") {
+		t.Errorf("the metadata search cannot go by the metadata and status indexes:\n%s", plan)
+	}
+
+	rows, err = pool.Query(ctx, `
+		SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'dispatch_job'::regclass AND NOT EXISTS (
+			SELECT 1 FROM pg_class x JOIN pg_index ix ON ix.indexrelid = x.oid
+			WHERE x.relname = c.relname || '_metadata_done' AND ix.indisvalid)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("partitions without a valid metadata index: %v", missing)
+	}
+}
