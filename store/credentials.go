@@ -415,3 +415,22 @@ func (s *Store) CheckKey(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checkCredentials reports a missing credentials id as a field problem,
+// and credentials that may not be sent to target (their allowedTargets) as
+// EUnprocessable.
+func (s *Store) checkCredentials(ctx context.Context, id int64, target string) error {
+	if id == 0 {
+		return nil
+	}
+	c, err := s.GetCredentials(ctx, id)
+	if err != nil {
+		if dispatch.ErrorCode(err) == dispatch.ENotFound {
+			var p dispatch.Problems
+			p.Add("credentialsId", "credentials %d do not exist", id)
+			return p.Err()
+		}
+		return fmt.Errorf("store: check credentials: %w", err)
+	}
+	return c.CheckTarget(target)
+}

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// ReplayJob creates a new PENDING job from a terminal one (replayOf set).
+func (s *Store) ReplayJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	var out dispatch.Job
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.replay(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, error) {
+	orig, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return orig, notFound("job", id)
+	}
+	if err != nil {
+		return orig, fmt.Errorf("store: replay job %d: %w", id, err)
+	}
+	if !orig.Status.Terminal() {
+		return orig, dispatch.Errorf(dispatch.EConflict, "job %d is %s; only finished jobs can be replayed", id, orig.Status)
+	}
+	n := orig
+	n.ReplayOf, n.IdempotencyKey, n.ScheduledFor = orig.ID, "", nil
+	if n.ExpiresAt != nil && !n.ExpiresAt.After(time.Now()) {
+		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
+	}
+	if err := s.checkCredentials(ctx, n.CredentialsID, n.TargetURL); err != nil {
+		return dispatch.Job{}, err
+	}
+	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n}, false)
+	if err != nil {
+		return dispatch.Job{}, err
+	}
+	return stored[0], nil
+}
+
+// ReplayJobs replays up to limit terminal jobs matching f (dead-letter
+// redrive), oldest first, in one transaction. It returns the new jobs, and
+// the matching jobs it cannot replay (their credentials were deleted), each
+// with its reason: those are reported, not counted against limit, and never
+// stop the rest.
+//
+// A job replayed before, by an earlier or a concurrent redrive, is not
+// replayed again. The originals are locked (FOR UPDATE SKIP LOCKED) for the
+// whole transaction, and whether they were replayed is checked again once
+// they are locked: under READ COMMITTED the first check runs on a snapshot
+// that may predate a concurrent redrive's commit. So two overlapping
+// redrives split the dead letters between them; the second answers only
+// with what it replayed itself, possibly nothing.
+func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
+	where, args := replayableWhere(f)
+	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
+	var out dispatch.ReplayResult
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		out = dispatch.ReplayResult{}
+		// The selection filters as the console's searches do (see browse).
+		if _, err := tx.Exec(ctx, browseSettings); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id, credentials_id FROM dispatch_job`+where+` AND `+credsGone+
+			fmt.Sprintf(` ORDER BY id LIMIT %d`, limit), args...)
+		if err != nil {
+			return err
+		}
+		type orphan struct{ id, creds int64 }
+		orphans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orphan, error) {
+			var o orphan
+			return o, r.Scan(&o.id, &o.creds)
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range orphans {
+			out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: o.id,
+				Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials %d were deleted", o.id, o.creds)})
+		}
+		rows, err = tx.Query(ctx, `SELECT id FROM dispatch_job`+where+` AND NOT (`+credsGone+`)`+
+			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`, limit), args...)
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		// A new statement, so a new snapshot: it sees every redrive that
+		// held one of these locks before us, since it has committed.
+		rows, err = tx.Query(ctx, `
+			SELECT id FROM dispatch_job o WHERE id = ANY($1)
+				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = o.id)
+			ORDER BY id`, locked)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			j, err := s.replay(ctx, tx, id)
+			if dispatch.ErrorCode(err) == dispatch.EInvalid {
+				// Its credentials went away since the query above: the
+				// check runs before any statement, so the transaction
+				// is intact and the rest goes on.
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials no longer exist", id)})
+				continue
+			}
+			if de := (*dispatch.Error)(nil); errors.As(err, &de) && de.Code == dispatch.EUnprocessable {
+				// Its credentials may no longer be sent to its target
+				// (their allowedTargets); reported like the above.
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", id, de.Message)})
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out.Jobs = append(out.Jobs, j)
+		}
+		return nil
+	})
+	if err != nil {
+		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
+	}
+	return out, nil
+}
+
+// replayableWhere selects the finished jobs matching f not replayed before:
+// running the same redrive twice does not deliver the same dead letters twice.
+func replayableWhere(f dispatch.JobFilter) (string, []any) {
+	where, args := filterWhere(f)
+	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
+		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
+	if where == "" {
+		return " WHERE " + terminal, args
+	}
+	return where + " AND " + terminal, args
+}
+
+// CountReplayable counts the jobs a ReplayJobs with f would replay (without
+// its limit): the dry run of a redrive.
+func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
+	where, args := replayableWhere(f)
+	var n int
+	err := s.browse(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: count replayable: %w", err)
+	}
+	return n, nil
+}
