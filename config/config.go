@@ -98,6 +98,9 @@ type Queue struct {
 	// (the receive asks for it, the heartbeat extends to it); 0: the
 	// queue's own.
 	VisibilityTimeout time.Duration
+	// Endpoint is the SQS endpoint this queue is reached through (the
+	// file's endpoint); "": AWS_ENDPOINT_URL_SQS, or the SDK's own.
+	Endpoint string
 }
 
 // Key is how a job names the queue: its URL, or its name when it is
@@ -528,6 +531,7 @@ type fileQueue struct {
 	QueueName         string  `yaml:"queueName"`
 	Connections       int     `yaml:"connections"`
 	VisibilityTimeout seconds `yaml:"visibilityTimeout"`
+	Endpoint          string  `yaml:"endpoint"`
 }
 
 // seconds reads a number of seconds (30), as seed 002 and FlowCatalyst
@@ -621,8 +625,12 @@ func (r *reader) queues(file *routerFile, c Config) []Queue {
 			if fq.VisibilityTimeout.bad != "" {
 				r.fail(source, "queue %d: visibilityTimeout must be seconds (30) or a duration (30s) (got %q)", i+1, fq.VisibilityTimeout.bad)
 			}
-			qs = append(qs, Queue{URL: strings.TrimSpace(fq.QueueURI), Name: strings.TrimSpace(fq.QueueName),
-				Connections: fq.Connections, VisibilityTimeout: fq.VisibilityTimeout.d})
+			q := Queue{URL: strings.TrimSpace(fq.QueueURI), Name: strings.TrimSpace(fq.QueueName),
+				Connections: fq.Connections, VisibilityTimeout: fq.VisibilityTimeout.d, Endpoint: strings.TrimSpace(fq.Endpoint)}
+			if u, err := url.Parse(q.Endpoint); q.Endpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+				r.fail(source, "queue %d: endpoint must be an absolute http(s) URL, such as http://localhost:9324 (got %q)", i+1, q.Endpoint)
+			}
+			qs = append(qs, q)
 		}
 	case len(list) > 0:
 		source = "DISPATCH_QUEUES"

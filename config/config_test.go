@@ -388,11 +388,14 @@ queues:
     visibilityTimeout: 120
   - queueName: slow-partner.fifo
     visibilityTimeout: 15m
+  - queueUri: http://elasticmq-2:9324/000000000000/elsewhere.fifo
+    endpoint: http://elasticmq-2:9324
 processingPools:
   - {code: DISPATCH-POOL, concurrency: 5}
 `, []config.Queue{
 			{URL: seed, Name: "flow-catalyst-dispatch.fifo", Connections: 3, VisibilityTimeout: 2 * time.Minute},
 			{Name: "slow-partner.fifo", Connections: 1, VisibilityTimeout: 15 * time.Minute},
+			{URL: "http://elasticmq-2:9324/000000000000/elsewhere.fifo", Name: "elsewhere.fifo", Connections: 1, Endpoint: "http://elasticmq-2:9324"},
 		}},
 		{"a file with queues alone keeps DISPATCH_POOLS", map[string]string{"DISPATCH_POOLS": "A:2"},
 			`{"queues": [{"queueName": "a.fifo", "connections": 2}]}`, []config.Queue{{Name: "a.fifo", Connections: 2}}},
@@ -450,6 +453,8 @@ func TestLoadQueuesErrors(t *testing.T) {
 			[]string{`queueName "b.fifo" is not the name in queueUri`}},
 		{"bad visibility", nil, `{"queues": [{"queueName": "a.fifo", "visibilityTimeout": "soon"}]}`,
 			[]string{`queue 1: visibilityTimeout must be seconds (30) or a duration (30s) (got "soon")`}},
+		{"relative endpoint", nil, `{"queues": [{"queueName": "a.fifo", "endpoint": "elasticmq:9324"}]}`,
+			[]string{`queue 1: endpoint must be an absolute http(s) URL, such as http://localhost:9324 (got "elasticmq:9324")`}},
 		{"neither queues nor pools", nil, `{}`, []string{"defines neither queues nor processingPools"}},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -526,9 +527,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	return err
 }
 
-// openQueues opens the configured queues, the default first. None is
-// contacted yet: a queue that is missing or failing is retried by whatever
-// uses it, without holding up the others.
+// openQueues opens the configured queues, the default first, each through
+// its own endpoint when the configuration names one. None is contacted
+// yet: a queue that is missing or failing is retried by whatever uses it,
+// without holding up the others.
 func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
 	out := make([]*router.Queue, len(a.cfg.Queues))
 	for i, cq := range a.cfg.Queues {
@@ -541,7 +543,7 @@ func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
 			name = "" // used as is
 		}
 		q, err := router.OpenQueue(ctx, router.QueueConfig{URL: cq.URL, Name: name,
-			Create: a.cfg.QueueCreate, Endpoint: a.sqsEndpoint, CallTimeout: a.cfg.SQSTimeout, VisibilityTimeout: vis})
+			Create: a.cfg.QueueCreate, Endpoint: cmp.Or(cq.Endpoint, a.sqsEndpoint), CallTimeout: a.cfg.SQSTimeout, VisibilityTimeout: vis})
 		if err != nil {
 			return nil, err
 		}
