@@ -40,8 +40,9 @@ SOAK_BACKLOG ?= 50000
 FUZZTIME   ?= 30s
 # The short fuzz run at the end of `make test`, per fuzz target.
 TEST_FUZZTIME ?= 5s
-# Packages with fuzz targets (job validation and pointer parsing; signature verification).
-FUZZ_PKGS  ?= . ./webhook
+# Packages with fuzz targets (the pointer, allowed targets and ordering keys;
+# request decoding in api; signature verification).
+FUZZ_PKGS  ?= . ./api ./webhook
 
 # golangci-lint, pinned; `make lint` installs it into .dev/tools from the Go
 # module proxy the first time (go install, no other download).

@@ -125,40 +125,6 @@ func (a AlertDue) Job() *Job {
 	}
 }
 
-// ParseAlertDestination validates a create body: name, kind (webhook or
-// slack), url (as a job's targetUrl) and, for a webhook, credentialsId
-// (whose allowedTargets the store checks against url).
-func ParseAlertDestination(body []byte, rules JobRules) (*AlertDestination, error) {
-	fields, p := decodeObject(body)
-	if fields == nil {
-		return nil, p.Err()
-	}
-	for k := range fields {
-		switch k {
-		case "name", "kind", "url", "credentialsId":
-		default:
-			p.Add(k, "unknown field")
-		}
-	}
-	d := fieldDecoder{fields: fields, p: &p}
-	dest := &AlertDestination{Name: d.str("name", 200, true), Kind: d.str("kind", 16, true), URL: d.str("url", MaxURLLen, true)}
-	if dest.URL != "" {
-		rules.CheckTarget(&p, "url", dest.URL)
-	}
-	if d.present("credentialsId") {
-		if id, ok := d.id("credentialsId"); ok {
-			dest.CredentialsID = id
-		} else {
-			p.Add("credentialsId", "must be a credentials id")
-		}
-	}
-	CheckAlertKind(&p, dest.Kind, d.present("credentialsId"))
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	return dest, nil
-}
-
 // CheckAlertKind notes the problems of an alert destination's kind (set:
 // webhook or slack) given whether it names credentials: a webhook's alerts
 // are signed, a Slack incoming-webhook URL is its own secret.

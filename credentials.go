@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -167,45 +166,6 @@ func suggestOrigin(target string) string {
 		return t.origin
 	}
 	return "https://partner.example"
-}
-
-// AllowedTargets reads a JSON array of allowedTargets entries, validating
-// and normalising each (ParseAllowedTarget) and noting every bad entry as
-// a problem of name[i]. Duplicates (after normalising) are kept once.
-func (f *Fields) AllowedTargets(name string) []string {
-	raw, ok := f.d.fields[name]
-	if !ok || string(raw) == "null" {
-		return nil
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		f.p.Add(name, "must be an array of origins such as \"https://partner.example\", each optionally followed by a path prefix")
-		return nil
-	}
-	if len(items) > MaxAllowedTargets {
-		f.p.Add(name, "holds %d entries; at most %d are allowed", len(items), MaxAllowedTargets)
-		return nil
-	}
-	out := make([]string, 0, len(items))
-	seen := map[string]bool{}
-	for i, item := range items {
-		field := name + "[" + strconv.Itoa(i) + "]"
-		s, ok := unquote(item)
-		if !ok {
-			f.p.Add(field, "must be a string")
-			continue
-		}
-		n, err := ParseAllowedTarget(s)
-		if err != nil {
-			f.p.Add(field, "%s", err.Error())
-			continue
-		}
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // parsedTarget is a URL reduced to what matching compares.

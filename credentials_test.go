@@ -155,28 +155,6 @@ func TestCredentialsCheckTarget(t *testing.T) {
 	}
 }
 
-func TestFieldsAllowedTargets(t *testing.T) {
-	f, err := dispatch.ParseObject([]byte(`{"allowedTargets":["HTTPS://P.example:443/","https://p.example","ftp://x",3,"https://a@b"]}`), "allowedTargets")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := f.AllowedTargets("allowedTargets")
-	if len(got) != 1 || got[0] != "https://p.example" {
-		t.Errorf("entries %q, want the one normalised origin", got)
-	}
-	var fields []string
-	for _, d := range f.Err().(*dispatch.Error).Details {
-		fields = append(fields, d.Field)
-	}
-	if strings.Join(fields, ",") != "allowedTargets[2],allowedTargets[3],allowedTargets[4]" {
-		t.Errorf("problems with %v, want every bad entry", fields)
-	}
-	f, _ = dispatch.ParseObject([]byte(`{"allowedTargets":"https://p.example"}`), "allowedTargets")
-	if f.AllowedTargets("allowedTargets"); f.Err() == nil {
-		t.Errorf("a string in place of an array was accepted")
-	}
-}
-
 // FuzzTargetAllowed: a normalised entry stays as it is and allows its own
 // URL, and whatever an entry allows is sent to the entry's scheme, host and
 // port as the sender reads the target.

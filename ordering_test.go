@@ -15,7 +15,7 @@ import (
 func groupOf(t *testing.T, value string) string {
 	t.Helper()
 	d := json.NewDecoder(strings.NewReader(`{"k":` + value + `}`))
-	d.UseNumber() // as ParseEvent decodes
+	d.UseNumber() // as the API decodes an event's data
 	var data any
 	if err := d.Decode(&data); err != nil {
 		t.Fatalf("%s: %v", value, err)

@@ -112,27 +112,6 @@ func (r *Routing) Pools() []string {
 	return slices.Clone(r.pools)
 }
 
-// routeFields validates a job's or subscription's queueUrl and poolCode
-// into queue (the queue's key) and pool, noting problems.
-func routeFields(d fieldDecoder, rules JobRules, queue, pool *string) {
-	if d.present("queueUrl") {
-		before := len(*d.p)
-		named := d.str("queueUrl", MaxURLLen, false)
-		if len(*d.p) == before { // else not a string, or too long: said
-			if key, ok := rules.CheckQueue(d.p, named); ok {
-				*queue = key
-			}
-		}
-	}
-	if d.present("poolCode") {
-		before := len(*d.p)
-		code := d.str("poolCode", MaxPoolCodeLen, false)
-		if len(*d.p) == before && rules.CheckPool(d.p, code) {
-			*pool = code
-		}
-	}
-}
-
 // CheckQueue returns the key of the configured queue a job or subscription
 // names (queueUrl: see Routing.Queue), or notes a problem with queueUrl
 // that lists the configured ones.

@@ -26,7 +26,7 @@ func viewAlertDestination(d dispatch.AlertDestination) alertDestinationView {
 }
 
 func (s *Server) createAlertDestination(c *gin.Context) {
-	d, err := dispatch.ParseAlertDestination(body(c), s.cfg.JobRules)
+	d, err := parseAlertDestination(body(c), s.cfg.JobRules)
 	if err != nil {
 		s.writeError(c, err)
 		return

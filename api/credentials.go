@@ -14,7 +14,7 @@ import (
 const maxBearerLen = 1024
 
 func (s *Server) createCredentials(c *gin.Context) {
-	f, err := dispatch.ParseObject(body(c), "name", "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
+	f, err := parseObject(body(c), "name", "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -55,7 +55,7 @@ func (s *Server) createCredentials(c *gin.Context) {
 
 // credentialsName reads name: trimmed, at most MaxCredentialsName
 // characters, no control characters ("" when absent).
-func credentialsName(f *dispatch.Fields) string {
+func credentialsName(f *object) string {
 	name := strings.TrimSpace(f.String("name", dispatch.MaxCredentialsName, false))
 	if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		f.Add("name", "must not contain control characters")
@@ -64,7 +64,7 @@ func credentialsName(f *dispatch.Fields) string {
 }
 
 // secretField reads signingSecret, or generates one when absent.
-func (s *Server) secretField(f *dispatch.Fields, scheme webhook.Scheme) (string, bool) {
+func (s *Server) secretField(f *object, scheme webhook.Scheme) (string, bool) {
 	secret := f.String("signingSecret", 256, false)
 	if f.Has("signingSecret") {
 		if err := webhook.ValidateSecret(scheme, secret); err != nil {
@@ -108,7 +108,7 @@ func (s *Server) patchCredentials(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f, err := dispatch.ParseObject(body(c), "name", "allowedTargets")
+	f, err := parseObject(body(c), "name", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -160,7 +160,7 @@ func (s *Server) rotateCredentials(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f, err := dispatch.ParseObject(body(c), "signingSecret", "gracePeriod")
+	f, err := parseObject(body(c), "signingSecret", "gracePeriod")
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -19,7 +19,7 @@ type Verifier interface {
 }
 
 func (s *Server) createSubscription(c *gin.Context) {
-	sub, verify, err := dispatch.ParseSubscription(body(c), s.cfg.JobRules)
+	sub, verify, err := parseSubscription(body(c), s.cfg.JobRules)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -117,7 +117,7 @@ func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context
 func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error) {
 	b := body(c)
 	return s.store.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
-		return dispatch.PatchSubscription(b, s.cfg.JobRules, sub)
+		return patchSubscription(b, s.cfg.JobRules, sub)
 	})
 }
 
@@ -158,7 +158,7 @@ func (s *Server) deleteSubscription(c *gin.Context) {
 // subscription in one transaction: 201, or 200 with the same event and
 // jobs when the idempotency key was used before.
 func (s *Server) publishEvent(c *gin.Context) {
-	e, data, err := dispatch.ParseEvent(body(c))
+	e, data, err := parseEvent(body(c))
 	if err != nil {
 		s.writeError(c, err)
 		return

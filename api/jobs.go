@@ -23,7 +23,7 @@ const (
 )
 
 func (s *Server) createJob(c *gin.Context) {
-	j, err := dispatch.ParseCreateJob(body(c), s.cfg.JobRules, s.now())
+	j, err := parseCreateJob(body(c), s.cfg.JobRules, s.now())
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -56,7 +56,7 @@ type batchResult struct {
 // createJobs creates the valid items of a batch in one transaction and
 // answers per item: 201 created, 200 idempotent repeat, 400 invalid.
 func (s *Server) createJobs(c *gin.Context) {
-	jobs, errs, err := dispatch.ParseCreateJobs(body(c), s.cfg.JobRules, s.now(), maxBatch)
+	jobs, errs, err := parseCreateJobs(body(c), s.cfg.JobRules, s.now(), maxBatch)
 	if err != nil {
 		s.writeError(c, err)
 		return

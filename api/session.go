@@ -126,7 +126,7 @@ type sessionView struct {
 
 // login exchanges the admin token for a console session.
 func (s *Server) login(c *gin.Context) {
-	f, err := dispatch.ParseObject(body(c), "token")
+	f, err := parseObject(body(c), "token")
 	if err != nil {
 		s.writeError(c, err)
 		return

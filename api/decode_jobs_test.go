@@ -1,4 +1,4 @@
-package dispatch_test
+package api
 
 import (
 	"encoding/json"
@@ -88,7 +88,7 @@ func manyHeaders(n int) map[string]string {
 }
 
 func TestParseCreateJobDefaults(t *testing.T) {
-	j, err := dispatch.ParseCreateJob(jobBody(t, nil), strict, testNow)
+	j, err := parseCreateJob(jobBody(t, nil), strict, testNow)
 	if err != nil {
 		t.Fatalf("minimal job refused: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestParseCreateJobAllFields(t *testing.T) {
 		"expiresAt":          "2025-10-06T00:00:00.250Z",
 		"idempotencyKey":     "order-42-created",
 	})
-	j, err := dispatch.ParseCreateJob(body, strict, testNow)
+	j, err := parseCreateJob(body, strict, testNow)
 	if err != nil {
 		t.Fatalf("valid job refused: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestParseCreateJobAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := dispatch.ParseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
+			j, err := parseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -301,7 +301,7 @@ func TestParseCreateJobRejectsField(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := jobBody(t, tt.set)
-			j, err := dispatch.ParseCreateJob(body, tt.rules, testNow)
+			j, err := parseCreateJob(body, tt.rules, testNow)
 			if j != nil || err == nil {
 				t.Fatalf("accepted %s: %+v", body, j)
 			}
@@ -335,7 +335,7 @@ func TestParseCreateJobListsEveryProblem(t *testing.T) {
 		"expiresAt":     "2020-01-01T00:00:00Z",
 		"surprise":      true,
 	})
-	_, err := dispatch.ParseCreateJob(body, strict, testNow)
+	_, err := parseCreateJob(body, strict, testNow)
 	got := problemFields(t, err)
 	for _, want := range []string{"source", "type", "targetUrl", "payload", "maxRetries", "retryStrategy",
 		"credentialsId", "headers.Host", "headers.X-Bad", "metadata", "metadata.long", "scheduledFor",
@@ -377,7 +377,7 @@ func TestParseCreateJobRejectsBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := dispatch.ParseCreateJob([]byte(tt.body), dispatch.JobRules{AllowHTTP: true}, testNow)
+			j, err := parseCreateJob([]byte(tt.body), dispatch.JobRules{AllowHTTP: true}, testNow)
 			if j != nil {
 				t.Fatalf("accepted %q: %+v", tt.body, j)
 			}
@@ -392,7 +392,7 @@ func TestParseCreateJobs(t *testing.T) {
 	valid := jobBody(t, nil)
 	invalid := jobBody(t, map[string]any{"maxRetries": 99})
 	body := []byte(`{"jobs":[` + string(valid) + `,` + string(invalid) + `,"not an object",` + string(valid) + `]}`)
-	jobs, errs, err := dispatch.ParseCreateJobs(body, strict, testNow, 100)
+	jobs, errs, err := parseCreateJobs(body, strict, testNow, 100)
 	if err != nil {
 		t.Fatalf("batch refused as a whole: %v", err)
 	}
@@ -433,7 +433,7 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			jobs, errs, err := dispatch.ParseCreateJobs([]byte(tt.body), strict, testNow, 100)
+			jobs, errs, err := parseCreateJobs([]byte(tt.body), strict, testNow, 100)
 			if jobs != nil || errs != nil {
 				t.Errorf("per-item results for a refused batch: %v %v", jobs, errs)
 			}
@@ -444,7 +444,7 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 	}
 
 	t.Run("100 jobs", func(t *testing.T) {
-		jobs, errs, err := dispatch.ParseCreateJobs([]byte(`{"jobs":[`+items(100)+`]}`), strict, testNow, 100)
+		jobs, errs, err := parseCreateJobs([]byte(`{"jobs":[`+items(100)+`]}`), strict, testNow, 100)
 		if err != nil || len(jobs) != 100 {
 			t.Fatalf("got %d jobs, err %v", len(jobs), err)
 		}
@@ -454,33 +454,4 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestParseObject(t *testing.T) {
-	f, err := dispatch.ParseObject([]byte(`{"name":"a","extra":1}`), "name", "other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := f.String("name", 10, true); got != "a" {
-		t.Errorf("name = %q", got)
-	}
-	if f.Has("other") || !f.Has("name") {
-		t.Errorf("Has is wrong")
-	}
-	f.String("other", 10, true)
-	f.Add("name", "is taken")
-	got := problemFields(t, f.Err())
-	for _, want := range []string{"extra", "other", "name"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("details %v do not name %q", got, want)
-		}
-	}
-
-	f, err = dispatch.ParseObject(nil)
-	if err != nil || f.Err() != nil {
-		t.Errorf("empty body: %v %v", err, f.Err())
-	}
-	if _, err := dispatch.ParseObject([]byte(`[1]`)); err == nil {
-		t.Errorf("array body accepted")
-	}
 }

@@ -1,4 +1,4 @@
-package dispatch_test
+package api
 
 import (
 	"slices"
@@ -36,7 +36,7 @@ func TestParseCreateJobNamesItsQueueAndPool(t *testing.T) {
 		if tt.poolCode != "" {
 			set["poolCode"] = tt.poolCode
 		}
-		j, err := dispatch.ParseCreateJob(jobBody(t, set), routed(), testNow)
+		j, err := parseCreateJob(jobBody(t, set), routed(), testNow)
 		if err != nil {
 			t.Fatalf("queueUrl %q, poolCode %q: %v", tt.queueURL, tt.poolCode, err)
 		}
@@ -44,7 +44,7 @@ func TestParseCreateJobNamesItsQueueAndPool(t *testing.T) {
 			t.Errorf("queueUrl %q, poolCode %q: job names queue %q, pool %q; want %q, %q", tt.queueURL, tt.poolCode, j.QueueURL, j.PoolCode, tt.wantQueue, tt.poolCode)
 		}
 	}
-	j, err := dispatch.ParseCreateJob(jobBody(t, nil), routed(), testNow)
+	j, err := parseCreateJob(jobBody(t, nil), routed(), testNow)
 	if err != nil || j.QueueURL != "" || j.PoolCode != "" {
 		t.Errorf("a job naming neither: %+v, %v; want the defaults (empty)", j, err)
 	}
@@ -70,7 +70,7 @@ func TestParseCreateJobRefusesAnUnknownQueueOrPool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := dispatch.ParseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
+			_, err := parseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -91,20 +91,20 @@ func TestParseCreateJobRefusesAnUnknownQueueOrPool(t *testing.T) {
 // clears them.
 func TestSubscriptionNamesItsJobsQueueAndPool(t *testing.T) {
 	body := `{"name": "n", "url": "https://partner.example/hook", "eventTypes": ["*"], "queueUrl": "slow-partner.fifo", "poolCode": "SLOW"}`
-	sub, _, err := dispatch.ParseSubscription([]byte(body), routed())
+	sub, _, err := parseSubscription([]byte(body), routed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sub.QueueURL != "slow-partner.fifo" || sub.PoolCode != "SLOW" {
 		t.Errorf("subscription %+v", sub)
 	}
-	if err := dispatch.PatchSubscription([]byte(`{"queueUrl": null, "poolCode": "DISPATCH-POOL"}`), routed(), sub); err != nil {
+	if err := patchSubscription([]byte(`{"queueUrl": null, "poolCode": "DISPATCH-POOL"}`), routed(), sub); err != nil {
 		t.Fatal(err)
 	}
 	if sub.QueueURL != "" || sub.PoolCode != "DISPATCH-POOL" {
 		t.Errorf("patched: %+v", sub)
 	}
-	err = dispatch.PatchSubscription([]byte(`{"queueUrl": "nope.fifo", "poolCode": "NOPE"}`), routed(), sub)
+	err = patchSubscription([]byte(`{"queueUrl": "nope.fifo", "poolCode": "NOPE"}`), routed(), sub)
 	if fields := problemFields(t, err); !slices.Equal(fields, []string{"poolCode", "queueUrl"}) && !slices.Equal(fields, []string{"queueUrl", "poolCode"}) {
 		t.Errorf("problems %v, want queueUrl and poolCode", fields)
 	}

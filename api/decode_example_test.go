@@ -1,4 +1,4 @@
-package dispatch_test
+package api
 
 import (
 	"errors"
@@ -10,9 +10,9 @@ import (
 
 // A create-job body is validated as a whole: every bad field is reported at
 // once, and a valid body gets the defaults filled in.
-func ExampleParseCreateJob() {
+func Example_parseCreateJob() {
 	now := time.Date(2025, 10, 4, 12, 0, 0, 0, time.UTC)
-	_, err := dispatch.ParseCreateJob([]byte(`{
+	_, err := parseCreateJob([]byte(`{
 		"source": "orders",
 		"targetUrl": "http://example.com/hook",
 		"payload": "{}",
@@ -25,7 +25,7 @@ func ExampleParseCreateJob() {
 		}
 	}
 
-	j, _ := dispatch.ParseCreateJob([]byte(`{"source":"orders","type":"order.created",
+	j, _ := parseCreateJob([]byte(`{"source":"orders","type":"order.created",
 		"targetUrl":"https://example.com/hook","payload":"{}"}`), dispatch.JobRules{}, now)
 	fmt.Println(j.Status, j.MaxRetries, j.RetryStrategy, j.Protocol, j.PayloadContentType)
 	// Output:

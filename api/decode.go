@@ -1,0 +1,289 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// The API decodes request bodies into the domain's values here and in
+// decode_jobs.go, decode_events.go and decode_alerts.go. What those values
+// must be is the domain's (dispatch.JobRules.CheckTarget,
+// dispatch.CheckHeaders, ...): the decoders apply those rules as they read
+// each field and answer every problem at once, as one dispatch.Problems.
+
+// decodeObject splits a JSON object into its fields, refusing invalid UTF-8,
+// duplicate keys and trailing data. A nil map means the body is unusable.
+// The field values are slices of body.
+//
+// It reads with jsontext, the token reader of the JSON v2 work: its values
+// come without encoding/json's Decoder allocating a syntax error per value
+// to find the value's end, which made this a third of a create's parsing.
+func decodeObject(body []byte) (map[string]json.RawMessage, dispatch.Problems) {
+	var p dispatch.Problems
+	if !utf8.Valid(body) {
+		p.Add("body", "is not valid UTF-8")
+		return nil, p
+	}
+	// Duplicate names are let through here to be named as problems below,
+	// and escaped lone surrogates to be read as U+FFFD (unquote), as
+	// encoding/json reads them; raw invalid UTF-8 was refused above.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	tok, err := dec.ReadToken()
+	if err != nil || tok.Kind() != '{' {
+		p.Add("body", "must be a JSON object")
+		return nil, p
+	}
+	fields := map[string]json.RawMessage{}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken() // a name, or the error that the object ends badly
+		if err != nil {
+			p.Add("body", "is not valid JSON: %s", jsonErrText(err))
+			return nil, p
+		}
+		key := tok.String()
+		v, err := dec.ReadValue()
+		if err != nil {
+			p.Add("body", "is not valid JSON: %s", jsonErrText(err))
+			return nil, p
+		}
+		if _, dup := fields[key]; dup {
+			p.Add(key, "appears more than once")
+			continue
+		}
+		end := dec.InputOffset()
+		fields[key] = json.RawMessage(body[end-int64(len(v)) : end : end])
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		p.Add("body", "is not valid JSON: %s", jsonErrText(err))
+		return nil, p
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		p.Add("body", "has data after the JSON object")
+		return nil, p
+	}
+	return fields, p
+}
+
+func jsonErrText(err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "unexpected end of input"
+	}
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) {
+		return strings.TrimPrefix(se.Error(), "jsontext: ")
+	}
+	return "malformed"
+}
+
+// unquote decodes a JSON string value; ok is false when raw is not one.
+// raw is a value decodeObject checked, so a quoted run without escapes is
+// the string itself.
+func unquote(raw []byte) (s string, ok bool) {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	if b, err := jsontext.AppendUnquote(nil, raw); err == nil {
+		return string(b), true
+	}
+	// What jsontext refuses but encoding/json takes (an escaped lone
+	// surrogate, read as U+FFFD) is taken as before.
+	return s, json.Unmarshal(raw, &s) == nil
+}
+
+// fieldDecoder decodes typed fields out of a raw object, noting problems.
+type fieldDecoder struct {
+	fields map[string]json.RawMessage
+	p      *dispatch.Problems
+}
+
+func (d fieldDecoder) present(name string) bool {
+	v, ok := d.fields[name]
+	return ok && string(v) != "null"
+}
+
+func (d fieldDecoder) str(name string, maxLen int, required bool) string {
+	if !d.present(name) {
+		if required {
+			d.p.Add(name, "is required")
+		}
+		return ""
+	}
+	s, ok := unquote(d.fields[name])
+	if !ok {
+		d.p.Add(name, "must be a string")
+		return ""
+	}
+	switch {
+	case required && strings.TrimSpace(s) == "":
+		d.p.Add(name, "must not be empty")
+	case utf8.RuneCountInString(s) > maxLen:
+		d.p.Add(name, "must be at most %d characters", maxLen)
+	case strings.ContainsAny(s, "\x00"):
+		d.p.Add(name, "must not contain NUL characters")
+	}
+	return s
+}
+
+func (d fieldDecoder) stringMap(name string) map[string]string {
+	if !d.present(name) {
+		return nil
+	}
+	inner, ip := decodeObject(d.fields[name])
+	if inner == nil {
+		d.p.Add(name, "must be an object of string values")
+		return nil
+	}
+	for _, fe := range ip {
+		d.p.Add(name+"."+fe.Field, "%s", fe.Message)
+	}
+	m := make(map[string]string, len(inner))
+	for k, raw := range inner {
+		s, ok := unquote(raw)
+		if !ok {
+			d.p.Add(name+"."+k, "must be a string")
+			continue
+		}
+		m[k] = s
+	}
+	return m
+}
+
+func (d fieldDecoder) time(name string) *time.Time {
+	s := d.str(name, 64, false)
+	if s == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		d.p.Add(name, "must be an RFC 3339 time such as 2025-10-04T15:00:00Z")
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// id reads a positive id given as a number or a string.
+func (d fieldDecoder) id(name string) (int64, bool) {
+	dec := json.NewDecoder(bytes.NewReader(d.fields[name]))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return 0, false
+	}
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	default:
+		return 0, false
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// object reads typed fields out of a JSON object body, collecting every
+// problem (unknown fields, wrong types, bad lengths) for one answer.
+type object struct {
+	d fieldDecoder
+	p dispatch.Problems
+}
+
+// parseObject decodes body as a JSON object whose fields must be among
+// known. The error is set only when the body is unusable as a whole; an
+// empty body is an empty object.
+func parseObject(body []byte, known ...string) (*object, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	fields, p := decodeObject(body)
+	if fields == nil {
+		return nil, p.Err()
+	}
+	f := &object{p: p}
+	f.d = fieldDecoder{fields: fields, p: &f.p}
+	allowed := map[string]bool{}
+	for _, k := range known {
+		allowed[k] = true
+	}
+	for _, k := range sortedKeys(fields) {
+		if !allowed[k] {
+			f.p.Add(k, "unknown field")
+		}
+	}
+	return f, nil
+}
+
+// String returns a string field ("" when absent), noting problems.
+func (f *object) String(name string, maxLen int, required bool) string {
+	return f.d.str(name, maxLen, required)
+}
+
+// Has reports whether a field is present and not null.
+func (f *object) Has(name string) bool { return f.d.present(name) }
+
+// Add notes a problem with a field.
+func (f *object) Add(field, format string, args ...any) { f.p.Add(field, format, args...) }
+
+// Err returns every problem noted, or nil.
+func (f *object) Err() error { return f.p.Err() }
+
+// AllowedTargets reads a JSON array of allowedTargets entries, validating
+// and normalising each (dispatch.ParseAllowedTarget) and noting every bad entry as
+// a problem of name[i]. Duplicates (after normalising) are kept once.
+func (f *object) AllowedTargets(name string) []string {
+	raw, ok := f.d.fields[name]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		f.p.Add(name, "must be an array of origins such as \"https://partner.example\", each optionally followed by a path prefix")
+		return nil
+	}
+	if len(items) > dispatch.MaxAllowedTargets {
+		f.p.Add(name, "holds %d entries; at most %d are allowed", len(items), dispatch.MaxAllowedTargets)
+		return nil
+	}
+	out := make([]string, 0, len(items))
+	seen := map[string]bool{}
+	for i, item := range items {
+		field := name + "[" + strconv.Itoa(i) + "]"
+		s, ok := unquote(item)
+		if !ok {
+			f.p.Add(field, "must be a string")
+			continue
+		}
+		n, err := dispatch.ParseAllowedTarget(s)
+		if err != nil {
+			f.p.Add(field, "%s", err.Error())
+			continue
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
