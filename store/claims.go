@@ -209,7 +209,7 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 
 // finishManySQL records a batch of attempts and their jobs' new states:
 // one row of each array per job, $1 the job ids.
-const finishManySQL = `
+var finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
@@ -239,7 +239,7 @@ const finishManySQL = `
 	-- (j.status || '') rather than j.status: see claimMany.
 	WHERE j.id = i.job_id AND j.id BETWEEN $15 AND $16
 		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
-	RETURNING j.id`
+	RETURNING j.id, j.group_id IS NOT NULL AND i.status IN (` + finishedStatuses + `)`
 
 // headersJSON is an attempt's headers as the JSON text of a jsonb column
 // (nil: none recorded).
@@ -421,12 +421,22 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	if err != nil {
 		return err
 	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
+	var applied []int64
+	advanced := false // a grouped job finished: its group's next job is due
+	var id int64
+	var moved bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &moved}, func() error {
+		applied = append(applied, id)
+		advanced = advanced || moved
+		return nil
+	}); err != nil {
 		return err
 	}
 	for _, p := range batch {
 		p.res = slices.Contains(applied, p.req.a.JobID)
+	}
+	if advanced {
+		s.notify()
 	}
 	return nil
 }

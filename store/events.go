@@ -40,6 +40,9 @@ func (s *Store) PublishEvent(ctx context.Context, e *dispatch.Event, data any) (
 		if err != nil {
 			return out, false, fmt.Errorf("store: publish event: %w", interpret(err))
 		}
+		if created && len(out.Jobs) > 0 {
+			s.notify() // the fan-out's jobs go out through the outbox
+		}
 		return out, created, nil
 	}
 }

@@ -304,21 +304,28 @@ type querier interface {
 func (s *Store) insertAndHand(ctx context.Context, q querier, jobs []*dispatch.Job) (out []dispatch.Job, created []bool, hand func(committed bool), err error) {
 	handoff := s.handoff != nil && s.handoff.Reserve(len(jobs))
 	out, created, err = s.insertJobs(ctx, q, jobs, handoff)
-	if !handoff {
-		return out, created, func(bool) {}, err
-	}
 	var us []dispatch.Unsent
+	unsent := false // a created job no hand-off took: the outbox sends it
 	for i, j := range out {
-		if created[i] && j.QueuedAt != nil {
+		switch {
+		case !created[i]:
+		case j.QueuedAt != nil:
 			us = append(us, dispatch.Unsent{ID: j.ID, GroupID: j.GroupID, Seq: j.Seq, Mark: *j.QueuedAt, TraceContext: j.TraceContext,
 				QueueURL: j.QueueURL, PoolCode: j.PoolCode})
+		default:
+			unsent = true
 		}
 	}
 	return out, created, func(committed bool) {
-		if !committed {
-			us = nil
+		if handoff {
+			if !committed {
+				us = nil
+			}
+			s.handoff.Hand(us, len(jobs))
 		}
-		s.handoff.Hand(us, len(jobs))
+		if committed && unsent {
+			s.notify()
+		}
 	}, err
 }
 
@@ -572,6 +579,9 @@ func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
 		WHERE id = $1 AND status IN ('PENDING', 'FAILED')
 		RETURNING `+jobCols("dispatch_job"), id))
 	if err == nil {
+		if j.GroupID != "" {
+			s.notify() // the group's next job is due now
+		}
 		return j, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {

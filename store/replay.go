@@ -19,6 +19,9 @@ func (s *Store) ReplayJob(ctx context.Context, id int64) (dispatch.Job, error) {
 		out, err = s.replay(ctx, tx, id)
 		return err
 	})
+	if err == nil {
+		s.notify()
+	}
 	return out, err
 }
 
@@ -137,6 +140,9 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	})
 	if err != nil {
 		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
+	}
+	if len(out.Jobs) > 0 {
+		s.notify()
 	}
 	return out, nil
 }

@@ -102,6 +102,7 @@ type stuckHandoff struct{}
 
 func (stuckHandoff) Reserve(int) bool            { return true }
 func (stuckHandoff) Hand([]dispatch.Unsent, int) {}
+func (stuckHandoff) Notify()                     {}
 
 // A job marked queued whose send was never confirmed (its process died
 // between the mark and the send) is sent again once its send lease has run

@@ -117,6 +117,19 @@ type Handoff interface {
 	// back the room reserved for them (all of it, also when jobs is
 	// shorter or empty).
 	Hand(jobs []dispatch.Unsent, reserved int)
+	// Notify asks for an outbox pass: jobs were committed that no hand-off
+	// took (scheduled, beyond the room, grouped, made by a replay or an
+	// event's fan-out), or a group moved on, so that its next job is due.
+	// The store calls it after each such commit; it is the publisher's one
+	// way to learn of new work besides its timer.
+	Notify()
+}
+
+// notify asks the Handoff, if any, for an outbox pass (Handoff.Notify).
+func (s *Store) notify() {
+	if s.handoff != nil {
+		s.handoff.Notify()
+	}
 }
 
 // HandOffTo makes h take the pointers of jobs created from now on. Call it
