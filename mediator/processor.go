@@ -49,8 +49,7 @@ type Processor struct {
 
 	traceContext func(ctx context.Context, id int64) (string, error)
 
-	groupAdvanced func() // see ProcessorConfig.GroupAdvanced
-	exhausted     func(source, typ string)
+	exhausted func(source, typ string)
 }
 
 // ProcessorConfig configures a Processor.
@@ -64,12 +63,6 @@ type ProcessorConfig struct {
 	// RateWait is how long a delivery may wait for its subscription's next
 	// rate-limit slot before it is sent back to the queue (default 1s).
 	RateWait time.Duration
-	// GroupAdvanced, when set, is called once a job with a groupId has
-	// finished (COMPLETED or ERROR): the group's next job may have stepped
-	// aside and wait for an outbox pass to be sent again. The API wires the
-	// publisher's Notify, so such a job goes out at once rather than on
-	// the publisher's next tick.
-	GroupAdvanced func()
 	// Tracer records the claim and the attempt's record as spans of the
 	// job's trace (nil: tracing off); the Sender records the request.
 	Tracer *tracing.Tracer
@@ -95,7 +88,7 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
-		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now, groupAdvanced: cfg.GroupAdvanced,
+		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now,
 		tracer: cfg.Tracer, traceContext: cfg.TraceContext, exhausted: cfg.Exhausted,
 	}
 }
@@ -314,9 +307,6 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 				p.metrics.finish(j, d, t.Status, exhausted)
 				if exhausted && p.exhausted != nil {
 					p.exhausted(j.Source, j.Type)
-				}
-				if j.GroupID != "" && t.Status.Terminal() && p.groupAdvanced != nil {
-					p.groupAdvanced()
 				}
 			}
 			break

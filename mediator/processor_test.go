@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -420,26 +419,3 @@ func TestProcessScheduledJobNotDue(t *testing.T) {
 	}
 }
 
-// Finishing a job of a group tells the publisher (GroupAdvanced), so that
-// a later job of the group that stepped aside is sent again at once rather
-// than on the publisher's next tick; a job without a group, or one that
-// will be retried, does not.
-func TestFinishingAGroupedJobWakesThePublisher(t *testing.T) {
-	t.Parallel()
-	var calls atomic.Int32
-	s := setupProcessor(t, mediator.ProcessorConfig{GroupAdvanced: func() { calls.Add(1) }})
-	ok, failing := statusTarget(t, 200), statusTarget(t, 503)
-
-	s.process(t, s.createJob(t, ok.URL, nil).ID)
-	if n := calls.Load(); n != 0 {
-		t.Fatalf("a job without a group woke the publisher %d times", n)
-	}
-	s.process(t, s.createJob(t, failing.URL, func(j *dispatch.Job) { j.GroupID = "g1" }).ID)
-	if n := calls.Load(); n != 0 {
-		t.Fatalf("a grouped job left FAILED (to be retried) woke the publisher %d times", n)
-	}
-	s.process(t, s.createJob(t, ok.URL, func(j *dispatch.Job) { j.GroupID = "g2" }).ID)
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("a grouped job COMPLETED woke the publisher %d times, want 1", n)
-	}
-}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -42,6 +43,10 @@ func TestStoreAsksForAnOutboxPassAfterWorkItCouldNotHand(t *testing.T) {
 		grouped = createJob(t, st, withGroup("g"))
 	})
 	second = createJob(t, st, withGroup("g"))
+	retried := createJob(t, st, withGroup("r"))
+	asked("a grouped job left FAILED, to be retried (its group waits)", false, func() {
+		failJob(t, st, retried.ID, now(), now().Add(time.Hour))
+	})
 	asked("a grouped job completed (its group's next job is due)", true, func() { completeJob(t, st, grouped.ID, now()) })
 	asked("a grouped job cancelled", true, func() {
 		if _, err := st.CancelJob(t.Context(), second.ID); err != nil {

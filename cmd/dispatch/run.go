@@ -410,8 +410,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Sender: sender, Breakers: breakers,
 			Backoff:         dispatch.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax},
 			DeliveryTimeout: a.cfg.DeliveryTimeout, Logger: a.log, Metrics: mediator.NewMetrics(a.reg),
-			GroupAdvanced: publisher.Notify, // a stepped-aside successor goes out at once
-			Tracer:        tracer, TraceContext: st.TraceContext,
+			Tracer: tracer, TraceContext: st.TraceContext,
 			Exhausted: alerts.Exhausted,
 		})
 		if withRouter && !a.cfg.ProcessURLSet {
