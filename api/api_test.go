@@ -45,10 +45,13 @@ func (f *fakeProcessor) Process(ctx context.Context, ptr dispatch.Pointer) (disp
 	return f.process(ctx, ptr)
 }
 
-// countingNotifier counts the publisher wake-ups the API sends.
+// countingNotifier stands in for the outbox publisher: it has no room for
+// hand-offs and counts the outbox passes the store asks for.
 type countingNotifier struct{ n atomic.Int64 }
 
-func (c *countingNotifier) Notify() { c.n.Add(1) }
+func (c *countingNotifier) Reserve(int) bool            { return false }
+func (c *countingNotifier) Hand([]dispatch.Unsent, int) {}
+func (c *countingNotifier) Notify()                     { c.n.Add(1) }
 
 type fixture struct {
 	url      string
@@ -88,7 +91,8 @@ func setup(t *testing.T, opts ...option) *fixture {
 		o(&cfg, proc)
 	}
 	f := &fixture{store: st, pool: pool, notifier: &countingNotifier{}}
-	srv := httptest.NewServer(api.New(st, proc, f.notifier, cfg, prometheus.NewRegistry()).Handler())
+	st.HandOffTo(f.notifier)
+	srv := httptest.NewServer(api.New(st, proc, cfg, prometheus.NewRegistry()).Handler())
 	t.Cleanup(srv.Close)
 	f.url = srv.URL
 	return f
@@ -983,7 +987,7 @@ func TestHealth(t *testing.T) {
 func TestNewWithZeroConfig(t *testing.T) {
 	t.Parallel()
 	// No logger, no processor, no tokens: a local insecure server still starts.
-	srv := httptest.NewServer(api.New(nil, nil, &countingNotifier{}, api.Config{Insecure: true}, nil).Handler())
+	srv := httptest.NewServer(api.New(nil, nil, api.Config{Insecure: true}, nil).Handler())
 	t.Cleanup(srv.Close)
 	f := &fixture{url: srv.URL}
 	f.do(t, "GET", "/health/live", "").want(t, http.StatusOK)

@@ -176,7 +176,6 @@ func (s *Server) publishEvent(c *gin.Context) {
 	}
 	if len(out.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(out.Jobs)))
-		s.notifier.Notify()
 	}
 	c.JSON(http.StatusCreated, viewEventWithJobs(out))
 }

@@ -20,7 +20,8 @@ func setupStore(t *testing.T, opts store.Options) *fixture {
 	t.Helper()
 	st, pool, _ := storetest.New(t, opts)
 	f := &fixture{store: st, pool: pool, notifier: &countingNotifier{}}
-	srv := httptest.NewServer(api.New(st, nil, f.notifier, api.Config{
+	st.HandOffTo(f.notifier)
+	srv := httptest.NewServer(api.New(st, nil, api.Config{
 		APITokens: []string{apiToken}, AdminToken: adminToken, MaxPayload: maxPayload,
 		JobRules: dispatch.JobRules{AllowHTTP: true}, Logger: slog.New(slog.DiscardHandler),
 	}, prometheus.NewRegistry()).Handler())

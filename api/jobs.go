@@ -40,9 +40,6 @@ func (s *Server) createJob(c *gin.Context) {
 		return
 	}
 	s.metrics.jobsCreated.Inc()
-	if out.QueuedAt == nil {
-		s.notifier.Notify() // not handed to the publisher at creation: the outbox sends it
-	}
 	c.JSON(http.StatusCreated, viewJob(out))
 }
 
@@ -94,7 +91,7 @@ func (s *Server) createJobs(c *gin.Context) {
 			s.writeError(c, err)
 			return
 		}
-		n, unsent := 0, 0
+		n := 0
 		for i := range jobs {
 			if jobs[i] == nil {
 				continue
@@ -104,15 +101,9 @@ func (s *Server) createJobs(c *gin.Context) {
 			if created[i] {
 				results[i].Status = http.StatusCreated
 				n++
-				if out[i].QueuedAt == nil {
-					unsent++
-				}
 			}
 		}
 		s.metrics.jobsCreated.Add(float64(n))
-		if unsent > 0 {
-			s.notifier.Notify() // not handed to the publisher at creation: the outbox sends them
-		}
 	}
 	c.JSON(http.StatusOK, gin.H{"results": results})
 }
@@ -248,7 +239,6 @@ func (s *Server) jobAction(status int, act func(Store, context.Context, int64) (
 		}
 		if status == http.StatusCreated {
 			s.metrics.jobsCreated.Inc()
-			s.notifier.Notify()
 		}
 		c.JSON(status, viewJob(j))
 	}
@@ -308,7 +298,6 @@ func (s *Server) replayJobs(c *gin.Context) {
 	}
 	if len(res.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(res.Jobs)))
-		s.notifier.Notify()
 	}
 	c.JSON(http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed})
 }

@@ -120,7 +120,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			described[strings.ToUpper(method)+" "+path] = true
 		}
 	}
-	srv := api.New(nil, nil, nil, api.Config{Insecure: true, Metrics: http.NotFoundHandler()}, nil)
+	srv := api.New(nil, nil, api.Config{Insecure: true, Metrics: http.NotFoundHandler()}, nil)
 	for _, r := range srv.Routes() {
 		key := r.Method + " " + r.Path
 		if !described[key] {

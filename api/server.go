@@ -64,8 +64,6 @@ type Processor interface {
 	Process(ctx context.Context, ptr dispatch.Pointer) (dispatch.Decision, error)
 }
 
-// Notifier is told when new jobs have committed (the outbox publisher).
-type Notifier interface{ Notify() }
 
 // Config configures the API.
 type Config struct {
@@ -129,7 +127,6 @@ type Server struct {
 	cfg       Config
 	store     Store
 	processor Processor
-	notifier  Notifier
 	log       *slog.Logger
 	engine    *gin.Engine
 	metrics   *apiMetrics
@@ -142,7 +139,8 @@ type Server struct {
 }
 
 // New returns a Server. processor may be nil (no processing endpoint).
-func New(store Store, processor Processor, notifier Notifier, cfg Config, reg metricsRegisterer) *Server {
+// New jobs reach the outbox publisher through the store (its Handoff).
+func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 1 << 20
@@ -150,7 +148,7 @@ func New(store Store, processor Processor, notifier Notifier, cfg Config, reg me
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: store, processor: processor, notifier: notifier,
+	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
 		sessions: newSessions(), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
 	if cfg.Now != nil {

@@ -30,7 +30,7 @@ func TestStalledClientsAreCutOff(t *testing.T) {
 		readTimeout = time.Second
 	)
 	st, _, _ := storetest.New(t, store.Options{NodeID: 1})
-	srv := api.New(st, &fakeProcessor{}, &countingNotifier{}, api.Config{
+	srv := api.New(st, &fakeProcessor{}, api.Config{
 		APITokens: []string{apiToken}, AdminToken: adminToken, InternalToken: internalToken,
 		Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: time.Second,
 		ReadTimeout: readTimeout, IdleTimeout: readTimeout, MaxConns: maxConns,

@@ -416,7 +416,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if withRouter && !a.cfg.ProcessURLSet {
 			local = mediator.NewLocal(processor)
 		}
-		server := api.New(st, processor, publisher, api.Config{
+		server := api.New(st, processor, api.Config{
 			APITokens: a.cfg.APITokens, AdminToken: a.cfg.AdminToken, InternalToken: a.cfg.InternalToken,
 			Insecure: a.cfg.Insecure, MaxPayload: a.cfg.MaxPayload, RotationGrace: a.cfg.RotationGrace,
 			JobRules: dispatch.JobRules{AllowHTTP: a.cfg.AllowHTTPTargets || a.cfg.AllowPrivateTargets, Routing: routing},
