@@ -39,6 +39,7 @@ type benchResult struct {
 	pg            pgUse
 	pgVersion     string
 	autovacuum    string         // SHOW autovacuum; "" when unread
+	jobsHeld      int64          // the jobs in the database when the load began
 	sqs           []sqsActionUse // the service's SQS requests by action
 	sqsUnknown    bool           // the proxy did not answer with its counts
 	pgRoundTrips  int64          // -1: unknown

@@ -2,8 +2,9 @@
 // (API → PostgreSQL → SQS → router → processing endpoint → a signed webhook)
 // and reports throughput, latency, CPU per delivery, PostgreSQL's work and
 // bytes per delivery, SQS requests per delivery by action, and memory. It
-// runs the service from the dispatch binary, in a throwaway database and
-// queue on this machine. See `dispatch-bench -h`.
+// runs the service from the dispatch binary, in a throwaway database (or,
+// with -database, an existing one: a copy of a long history) and queue on
+// this machine. See `dispatch-bench -h`.
 package main
 
 import (
@@ -59,8 +60,11 @@ with -split dispatch api and dispatch router as two (the router mediating
 over HTTP). It uses DATABASE_URL's server but a fresh database
 dispatch_bench_<random>, and a fresh FIFO queue bench-<random>.fifo on
 AWS_ENDPOINT_URL_SQS (default http://127.0.0.1:9324); both are removed at
-the end. Both must be on this machine (loopback or a Unix socket). The
-service reaches SQS through a reverse proxy that counts its requests by
+the end. Both must be on this machine (loopback or a Unix socket). With
+-database NAME it runs on that existing database instead (a copy of a
+long history, to see what history costs): the service migrates it as
+usual, the run adds its jobs to it, and it is never dropped. The service
+reaches SQS through a reverse proxy that counts its requests by
 action, a child process of this one: one more loopback hop per request,
 whose CPU the report shows on a line of its own (the whole box's figure
 includes it; production has no such proxy).
@@ -73,6 +77,13 @@ flags:
   -batch N          jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
   -concurrency N    the processing pool's concurrency (default 20)
   -split            run dispatch api and dispatch router as two child processes
+  -database NAME    run on this existing database of DATABASE_URL's server
+                    instead of a fresh one, and keep it; the report says how
+                    many jobs it held. Use a copy (CREATE DATABASE NAME
+                    TEMPLATE ...): every run writes to it. A copy of
+                    production needs its DISPATCH_ENCRYPTION_KEY (and
+                    _PREVIOUS) in the environment, which the service is then
+                    given instead of a random key
   -dispatch PATH    the dispatch binary to run (default: beside this one, else on PATH)
   -timeout D        give up when not every job arrived within D (default 5m)
   -cpuprofile FILE  write a pprof CPU profile of this process (the load
@@ -102,6 +113,7 @@ type benchOptions struct {
 	duration, timeout                 time.Duration
 	split                             bool
 	dispatch                          string // the dispatch binary
+	database                          string // an existing database to run on; "": a fresh one
 	cpuProfile, blockProfile          string
 	mutexProfile                      string
 }
@@ -119,6 +131,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 20, "")
 	fs.BoolVar(&o.split, "split", false, "")
 	fs.StringVar(&o.dispatch, "dispatch", "", "")
+	fs.StringVar(&o.database, "database", "", "")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
 	fs.StringVar(&o.blockProfile, "blockprofile", "", "")
@@ -162,6 +175,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	}
 	if o.timeout <= 0 {
 		errs = append(errs, errors.New("-timeout must be positive"))
+	}
+	if set["database"] && o.database == "" {
+		errs = append(errs, errors.New("-database must name a database"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("bench: %w", err)
@@ -218,10 +234,17 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 
 	suffix := randomHex(6)
 	dbName, queueName := "dispatch_bench_"+suffix, "bench-"+suffix+".fifo"
-	if err := createBenchDatabase(ctx, adminCfg, dbName); err != nil {
-		return err
+	if o.database != "" {
+		dbName = o.database
+		if err := checkBenchDatabase(ctx, adminCfg, dbName); err != nil {
+			return err
+		}
+	} else {
+		if err := createBenchDatabase(ctx, adminCfg, dbName); err != nil {
+			return err
+		}
+		defer dropBenchDatabase(ctx, adminCfg, dbName, stderr)
 	}
-	defer dropBenchDatabase(ctx, adminCfg, dbName, stderr)
 	queueURL, deleteQueue, err := createBenchQueue(ctx, sqsEndpoint, queueName)
 	if err != nil {
 		return err
@@ -244,7 +267,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	env := benchEnv(environ, map[string]string{
+	set := map[string]string{
 		"DATABASE_URL":                   withDatabaseName(dbURL, dbName),
 		"AWS_ENDPOINT_URL_SQS":           sqsCounter.url, // counts the service's requests
 		"DISPATCH_QUEUE_URL":             queueURL,
@@ -260,7 +283,17 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		// The bench receiver answers at once; a short delivery timeout lets
 		// the short shutdown above pass the start-up check.
 		"DISPATCH_DELIVERY_TIMEOUT": "5s",
-	})
+	}
+	if o.database != "" && getenv("DISPATCH_ENCRYPTION_KEY") != "" {
+		// The service checks that its key opens the database's newest
+		// credentials: a copy of production needs production's keys.
+		for _, k := range []string{"DISPATCH_ENCRYPTION_KEY", "DISPATCH_ENCRYPTION_KEY_PREVIOUS"} {
+			if v := getenv(k); v != "" {
+				set[k] = v
+			}
+		}
+	}
+	env := benchEnv(environ, set)
 	svc, err := startBenchSystem(ctx, exe, o.split, env, o.cpuProfile, stderr)
 	if err != nil {
 		return err
@@ -285,6 +318,12 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	benchDB := adminCfg.Copy()
 	benchDB.Database = dbName
 	pg := newPGStats(ctx, benchDB)
+	// After the service's migrations and partition upkeep (which may have
+	// dropped what was past its retention), before the load.
+	jobsHeld, err := countJobs(ctx, benchDB)
+	if err != nil {
+		return err
+	}
 	pg0, err := pg.read(ctx)
 	if err != nil {
 		return err
@@ -338,6 +377,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	}
 	res.pg = pg0.until(pg1)
 	res.pgVersion, res.autovacuum = pg.version, pg.autovacuum
+	res.jobsHeld = jobsHeld
 	res.write(stdout, o, dbName)
 	return nil
 }

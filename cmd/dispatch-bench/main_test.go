@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"maps"
@@ -23,7 +25,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router/sqstest"
+	"github.com/dispatchhq/dispatch/store"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
 
@@ -42,6 +46,8 @@ func TestBenchFlags(t *testing.T) {
 		{args: []string{"-duration", "5s"}, wantErr: []string{"-duration needs -rate"}},
 		{args: []string{"-rate", "-1", "-batch", "0"}, wantErr: []string{"-rate must be positive", "-batch must be 1 to 100"}},
 		{args: []string{"-rate", "0.01", "-duration", "1s"}, wantErr: []string{"at least one job"}},
+		{args: []string{"-database", "history_copy"}, wantJobs: 5000},
+		{args: []string{"-database", ""}, wantErr: []string{"-database must name a database"}},
 	} {
 		o, err := parseBenchFlags(tc.args, io.Discard)
 		if len(tc.wantErr) == 0 {
@@ -186,6 +192,84 @@ func TestBenchRuns(t *testing.T) {
 		if err != nil || len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // pprof: gzipped protobuf
 			t.Errorf("-cpuprofile wrote %d bytes to %s (%v), want a gzipped pprof profile", len(data), filepath.Base(p), err)
 		}
+	}
+}
+
+// TestBenchRunsOnDatabase runs dispatch-bench -database on a database that
+// already holds finished jobs and credentials sealed with its own key, as
+// a copy of production would, with that key in the environment: the
+// report names the database and the jobs it held, every job arrives, and
+// the database is kept with its history and the run's jobs. A database
+// that does not exist is refused.
+func TestBenchRunsOnDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole pipeline")
+	}
+	bin := binaries(t)
+	sqstest.SetEnv()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	env := append(os.Environ(), "AWS_ENDPOINT_URL_SQS="+sqstest.Endpoint(), "DATABASE_URL="+storetest.AdminURL(),
+		"DISPATCH_ENCRYPTION_KEY="+base64.StdEncoding.EncodeToString(key))
+	sealer, err := store.NewSealer(key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, pool, dbURL := storetest.New(t, store.Options{NodeID: 1, Sealer: sealer})
+	if err := st.CreateCredentials(t.Context(), &dispatch.Credentials{BearerToken: "tok", SigningSecret: "whsec_secret",
+		Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST"}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	const history, jobs = 3000, 100
+	now := time.Now()
+	if _, err := pool.Exec(t.Context(), `
+		INSERT INTO dispatch_job (id, created_at, updated_at, source, type, target_url, protocol, headers,
+			payload_content_type, status, max_retries, retry_strategy, attempt_count, last_attempt_at,
+			completed_at, duration_millis, metadata, next_attempt_at)
+		SELECT $1::bigint - (g << 22), ts, ts, 'history', 'old', 'https://example.com/hook', 'HTTP_WEBHOOK',
+			'{}', 'application/json', 'COMPLETED', 5, 'exponential', 1, ts, ts, 12, '{}', ts
+		FROM (SELECT g, $2::timestamptz - g * interval '1 millisecond' AS ts
+			FROM generate_series(1::bigint, $3::bigint) g) s`, store.IDAt(now), now, history); err != nil {
+		t.Fatalf("seed %d finished jobs: %v", history, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	args := []string{"-database", name, "-jobs", strconv.Itoa(jobs), "-clients", "4"}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("dispatch-bench %q: %v\n%s\n%s", args, err, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{
+		`^database +` + name + `, given with -database and kept; it held 3000 jobs when the load began`,
+		`^deliveries .*100 in .*; 100 requests, 0 duplicates, 0 bad signatures`,
+	} {
+		if !regexp.MustCompile("(?m)" + want).MatchString(stdout.String()) {
+			t.Errorf("no line matches %s in:\n%s", want, stdout.String())
+		}
+	}
+	var held int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM dispatch_job`).Scan(&held); err != nil {
+		t.Fatalf("the database after the run: %v", err)
+	}
+	if held != history+jobs {
+		t.Errorf("the database holds %d jobs after the run, want its %d and the run's %d", held, history, jobs)
+	}
+
+	missing := "dispatch_bench_missing_" + strconv.FormatInt(now.UnixNano(), 36)
+	cmd = exec.CommandContext(ctx, bin, "-database", missing, "-jobs", "1")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-database "+missing+": no such database") {
+		t.Errorf("-database %s: %v, %s; want it refused as no such database", missing, err, out)
 	}
 }
 

@@ -106,6 +106,11 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 		fmt.Fprintf(tw, "PostgreSQL\t%s, autovacuum %s (production runs it on: without it the space of dead rows is not reused, so bytes per delivery are higher)\n",
 			pgVersion, r.autovacuum)
 	}
+	if o.database != "" {
+		fmt.Fprintf(tw, "database\t%s, given with -database and kept; it held %d jobs when the load began\n", dbName, r.jobsHeld)
+	} else {
+		fmt.Fprintf(tw, "database\t%s, a fresh one, dropped at the end\n", dbName)
+	}
 	fmt.Fprintf(tw, "jobs created\t%s\t(%d in %s", rate(r.jobs, r.createdIn), r.jobs, r.createdIn.Round(time.Millisecond))
 	if o.rate > 0 {
 		fmt.Fprintf(tw, "; the schedule ran late by at most %s", ms(r.maxLag))

@@ -20,7 +20,8 @@ import (
 )
 
 // A run's throwaway database and queue, both on this machine: a benchmark
-// creates and drops them, and never touches a server elsewhere.
+// creates and drops them (not a database that -database names), and never
+// touches a server elsewhere.
 
 // localDatabaseConfig parses dbURL and refuses servers not on this machine:
 // bench creates and drops databases.
@@ -100,6 +101,37 @@ func createBenchDatabase(ctx context.Context, cfg *pgx.ConnConfig, name string) 
 		return fmt.Errorf("bench: create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// checkBenchDatabase tells whether the database -database names exists.
+func checkBenchDatabase(ctx context.Context, cfg *pgx.ConnConfig, name string) error {
+	conn, err := adminConnect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("bench: look up database %s: %w", name, err)
+	}
+	if !exists {
+		return fmt.Errorf("bench: -database %s: no such database on the server of DATABASE_URL", name)
+	}
+	return nil
+}
+
+// countJobs is how many jobs the database of cfg holds.
+func countJobs(ctx context.Context, cfg *pgx.ConnConfig) (int64, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("bench: count jobs: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("bench: count jobs: %w", err)
+	}
+	return n, nil
 }
 
 func dropBenchDatabase(ctx context.Context, cfg *pgx.ConnConfig, name string, stderr io.Writer) {

@@ -80,14 +80,7 @@ func newDatabase(ctx context.Context, t testing.TB, template string) string {
 	}
 	defer admin.Close(ctx)
 	name := "dispatch_test_" + randomHex(6)
-	for try := 0; ; try++ {
-		_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template))
-		if err == nil || try > 20 || !strings.Contains(err.Error(), "being accessed by other users") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
+	if err := createDatabase(ctx, admin, name, template); err != nil {
 		t.Fatalf("storetest: create database: %v", err)
 	}
 	t.Cleanup(func() {
@@ -101,6 +94,42 @@ func newDatabase(ctx context.Context, t testing.TB, template string) string {
 		_, _ = conn.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
 	})
 	return withDatabase(AdminURL(), name)
+}
+
+// createDatabase creates database name as a copy of template, waiting a
+// moment for the template's last connections to leave: a closed
+// connection's backend exits shortly after the client hangs up.
+func createDatabase(ctx context.Context, admin *pgx.Conn, name, template string) error {
+	var err error
+	for try := 0; ; try++ {
+		_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`,
+			pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+		if err == nil || try > 20 || !strings.Contains(err.Error(), "being accessed by other users") {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// CopyDatabase copies the database at dbURL to a new database name on the
+// same server, which outlives t (nothing drops it). Close every connection
+// to dbURL first: PostgreSQL copies only a database nobody is connected to.
+func CopyDatabase(t testing.TB, dbURL, name string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("storetest: copy database: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a copy is a file copy of the whole database
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("storetest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if err := createDatabase(ctx, admin, name, strings.TrimPrefix(u.Path, "/")); err != nil {
+		t.Fatalf("storetest: copy database to %s: %v", name, err)
+	}
 }
 
 // prepareTemplate creates and migrates the template database once per
@@ -136,6 +165,14 @@ func prepareTemplate(ctx context.Context) error {
 func New(t testing.TB, opts store.Options) (*store.Store, *pgxpool.Pool, string) {
 	t.Helper()
 	dbURL := NewDatabase(t)
+	st, pool := Open(t, dbURL, opts)
+	return st, pool, dbURL
+}
+
+// Open returns a Store over the migrated database at dbURL and its pool,
+// closed at cleanup.
+func Open(t testing.TB, dbURL string, opts store.Options) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
 	pool, err := store.Connect(context.Background(), dbURL, 0) // the service's own connection settings
 	if err != nil {
 		t.Fatalf("storetest: pool: %v", err)
@@ -157,7 +194,7 @@ func New(t testing.TB, opts store.Options) (*store.Store, *pgxpool.Pool, string)
 		store.History{Interval: cmp.Or(opts.PartitionInterval, store.DefaultPartitionInterval)}); err != nil {
 		t.Fatalf("storetest: partitions: %v", err)
 	}
-	return st, pool, dbURL
+	return st, pool
 }
 
 func randomHex(n int) string {
