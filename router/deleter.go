@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // deleter batches deletes. A message whose FIFO group holds later jobs
@@ -18,7 +20,7 @@ import (
 // acknowledged again. With nothing pending it sleeps: an idle router does
 // not wake for it.
 type deleter struct {
-	q      *Queue
+	q      *queue.Queue
 	log    *slog.Logger
 	mu     sync.Mutex
 	pend   []string
@@ -32,7 +34,7 @@ const (
 	ungroupedLinger = time.Second
 )
 
-func newDeleter(q *Queue, log *slog.Logger) *deleter {
+func newDeleter(q *queue.Queue, log *slog.Logger) *deleter {
 	return &deleter{q: q, log: log, kick: make(chan struct{}, 1), linger: [2]time.Duration{ungroupedLinger, groupedLinger}}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -25,14 +26,14 @@ func TestDeleterDeletesFinishedMessages(t *testing.T) {
 	q := sqstest.New(t, 60*time.Second) // nothing comes back by itself during the test
 	rq := q.Open(t)
 	ctx := t.Context()
-	var entries []router.Entry
+	var entries []queue.Entry
 	for i := range 10 {
-		entries = append(entries, router.Entry{Body: "m", GroupID: fmt.Sprint("g", i), DeduplicationID: strconv.Itoa(i)})
+		entries = append(entries, queue.Entry{Body: "m", GroupID: fmt.Sprint("g", i), DeduplicationID: strconv.Itoa(i)})
 	}
 	if _, err := rq.SendBatch(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rq.SendBatch(ctx, []router.Entry{{Body: "m", GroupID: "g", DeduplicationID: "10"}}); err != nil {
+	if _, err := rq.SendBatch(ctx, []queue.Entry{{Body: "m", GroupID: "g", DeduplicationID: "10"}}); err != nil {
 		t.Fatal(err)
 	}
 	var receipts []string
@@ -91,14 +92,14 @@ func TestDeleterBatchesUngroupedDeletesAtATrickle(t *testing.T) {
 	defer counted.Close()
 	cfg := q.Config()
 	cfg.Endpoint = counted.URL
-	rq, err := router.OpenQueue(t.Context(), cfg)
+	rq, err := queue.Open(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	var entries []router.Entry
+	var entries []queue.Entry
 	for i := range 10 {
-		entries = append(entries, router.Entry{Body: "m", GroupID: fmt.Sprint("g", i), DeduplicationID: strconv.Itoa(i)})
+		entries = append(entries, queue.Entry{Body: "m", GroupID: fmt.Sprint("g", i), DeduplicationID: strconv.Itoa(i)})
 	}
 	if _, err := rq.SendBatch(ctx, entries); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/mediator"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // A router that feeds one pool of 20 from a FIFO queue and hands each
@@ -20,7 +21,7 @@ import (
 func ExampleNew() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	q, err := router.OpenQueue(ctx, router.QueueConfig{Name: "dispatch.fifo"})
+	q, err := queue.Open(ctx, queue.Config{Name: "dispatch.fifo"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,11 +3,13 @@ package router
 import (
 	"context"
 	"log/slog"
+
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // Deleter exposes the router's delete batching to its tests.
 type Deleter struct{ d *deleter }
 
-func NewDeleter(q *Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
-func (d Deleter) Add(receipt string, grouped bool)  { d.d.add(receipt, grouped) }
-func (d Deleter) Run(ctx context.Context)           { d.d.run(ctx) }
+func NewDeleter(q *queue.Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
+func (d Deleter) Add(receipt string, grouped bool)        { d.d.add(receipt, grouped) }
+func (d Deleter) Run(ctx context.Context)                 { d.d.run(ctx) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -69,7 +70,7 @@ func TestHungHeartbeatDoesNotStopWorkers(t *testing.T) {
 	t.Parallel()
 	q := sqstest.New(t, 3*time.Second) // heartbeat every second, extending to 3 s
 	proxy := newHangingProxy(t, q.Endpoint, regexp.MustCompile(`"VisibilityTimeout":3[,}]`))
-	rq, err := router.OpenQueue(context.Background(), router.QueueConfig{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
+	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestStartupAgainstAHungQueueRetriesAndLogs(t *testing.T) {
 	}))
 	t.Cleanup(peer.Close)
 	t.Cleanup(func() { close(stop) }) // runs first
-	rq, err := router.OpenQueue(context.Background(), router.QueueConfig{URL: peer.URL + "/000000000000/hung.fifo", Endpoint: peer.URL, CallTimeout: time.Second})
+	rq, err := queue.Open(context.Background(), queue.Config{URL: peer.URL + "/000000000000/hung.fifo", Endpoint: peer.URL, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // Queue states, as /health/ready and /monitoring/queues report them.
@@ -68,7 +69,7 @@ func (s *source) status() (status, lastError string, failedAt time.Time) {
 
 // Queues returns every consumed queue's state, in configuration order. The
 // depths are read from SQS now, all queues at once, each within
-// DefaultCallTimeout at most (or ctx's deadline).
+// queue.DefaultCallTimeout at most (or ctx's deadline).
 func (r *Router) Queues(ctx context.Context) []QueueStats {
 	return r.queues(ctx, 0, true)
 }
@@ -109,7 +110,7 @@ func (r *Router) queues(ctx context.Context, maxAge time.Duration, read bool) []
 	return out
 }
 
-func (st *QueueStats) setDepth(d DepthReading) {
+func (st *QueueStats) setDepth(d queue.DepthReading) {
 	switch {
 	case d.At.IsZero():
 		return

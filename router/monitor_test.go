@@ -18,6 +18,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -110,7 +111,7 @@ func TestRouterMonitoringAnswersAsDocumented(t *testing.T) {
 	const admin = "admin-token-0123456789"
 	q := sqstest.New(t, 30*time.Second)
 	rq := q.Open(t)
-	missing, err := router.OpenQueue(context.Background(), router.QueueConfig{
+	missing, err := queue.Open(context.Background(), queue.Config{
 		URL: strings.TrimSuffix(q.URL, q.Name) + "t-nothing-here.fifo", Endpoint: q.Endpoint, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

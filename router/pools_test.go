@@ -18,6 +18,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -44,7 +45,7 @@ func (g *gauge) reset() { g.mu.Lock(); g.peak = g.open; g.mu.Unlock() }
 
 // poolRouter starts a router over q with pools and the given handler
 // options; it returns the router and its listener.
-func poolRouter(t *testing.T, q *router.Queue, med router.Mediator, cfg router.Config) (*router.Router, *httptest.Server) {
+func poolRouter(t *testing.T, q *queue.Queue, med router.Mediator, cfg router.Config) (*router.Router, *httptest.Server) {
 	t.Helper()
 	cfg.ReceiveWait, cfg.MediationTimeout, cfg.ShutdownTimeout = time.Second, 10*time.Second, 10*time.Second
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -79,16 +80,16 @@ func poolStats(r *router.Router, code string) (router.PoolStats, bool) {
 
 // sendPointers puts pointers on q: each id in its own group unless group is
 // given, naming pool.
-func sendPointers(t *testing.T, q *router.Queue, pool, group string, ids ...int) {
+func sendPointers(t *testing.T, q *queue.Queue, pool, group string, ids ...int) {
 	t.Helper()
-	var entries []router.Entry
+	var entries []queue.Entry
 	for _, id := range ids {
 		g := group
 		if g == "" {
 			g = "g" + strconv.Itoa(id)
 		}
 		ptr, _ := json.Marshal(dispatch.Pointer{ID: strconv.Itoa(id), PoolCode: pool, MessageGroupID: g, Sequence: int64(id)})
-		entries = append(entries, router.Entry{Body: string(ptr), GroupID: g, DeduplicationID: fmt.Sprint(id)})
+		entries = append(entries, queue.Entry{Body: string(ptr), GroupID: g, DeduplicationID: fmt.Sprint(id)})
 	}
 	for len(entries) > 0 {
 		n := min(10, len(entries))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -64,12 +65,12 @@ func startMulti(t *testing.T, concurrency int, fn func(dispatch.Pointer, int) er
 }
 
 // sendTo puts pointers of ids, in group, on q.
-func sendTo(t *testing.T, rq *router.Queue, group string, ids ...int) {
+func sendTo(t *testing.T, rq *queue.Queue, group string, ids ...int) {
 	t.Helper()
-	var entries []router.Entry
+	var entries []queue.Entry
 	for _, id := range ids {
 		ptr, _ := json.Marshal(dispatch.Pointer{ID: strconv.Itoa(id), PoolCode: dispatch.DefaultPool, MessageGroupID: group, Sequence: int64(id)})
-		entries = append(entries, router.Entry{Body: string(ptr), GroupID: group, DeduplicationID: fmt.Sprint(id)})
+		entries = append(entries, queue.Entry{Body: string(ptr), GroupID: group, DeduplicationID: fmt.Sprint(id)})
 	}
 	if _, err := rq.SendBatch(context.Background(), entries); err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestMissingQueueDoesNotStopTheOthers(t *testing.T) {
 	a := sqstest.New(t, 30*time.Second)
 	missingName := "t-missing-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".fifo"
 	missingURL := strings.TrimSuffix(a.URL, a.Name) + missingName
-	missing, err := router.OpenQueue(context.Background(), router.QueueConfig{URL: missingURL, Endpoint: a.Endpoint, CallTimeout: 2 * time.Second})
+	missing, err := queue.Open(context.Background(), queue.Config{URL: missingURL, Endpoint: a.Endpoint, CallTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestShutdownReleasesEachMessageToItsQueue(t *testing.T) {
 	// each on its own queue (not after their 30 s visibility timeout).
 	got := map[string][]string{}
 	eventually(t, 10*time.Second, func() bool {
-		for name, rq := range map[string]*router.Queue{"a": ra, "b": rb} {
+		for name, rq := range map[string]*queue.Queue{"a": ra, "b": rb} {
 			msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")
 			if err != nil {
 				t.Fatal(err)
@@ -275,7 +276,7 @@ func TestQueueConnectionsAndVisibility(t *testing.T) {
 	proxy, open, peak, bodies := countingProxy(t, q.Endpoint)
 	cfg := q.Config()
 	cfg.Endpoint = proxy.URL
-	rq, err := router.OpenQueue(context.Background(), cfg)
+	rq, err := queue.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

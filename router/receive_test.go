@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -61,7 +61,7 @@ func TestLostReceiveAnswerIsRecoveredAtOnce(t *testing.T) {
 	proxy, lost := losingProxy(t, q.Endpoint, 3)
 	cfg := q.Config()
 	cfg.Endpoint = proxy.URL
-	rq, err := router.OpenQueue(context.Background(), cfg)
+	rq, err := queue.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -44,7 +45,7 @@ func TestRouterReportsItsPoolsAndItsStop(t *testing.T) {
 	// A stray pointer naming a pool that is not configured: the default
 	// pool takes it, with a warning.
 	stray, _ := json.Marshal(dispatch.Pointer{ID: "7", PoolCode: "NO-SUCH-POOL", MessageGroupID: "g"})
-	if _, err := b.rq.SendBatch(context.Background(), []router.Entry{{Body: string(stray), GroupID: "g", DeduplicationID: "7"}}); err != nil {
+	if _, err := b.rq.SendBatch(context.Background(), []queue.Entry{{Body: string(stray), GroupID: "g", DeduplicationID: "7"}}); err != nil {
 		t.Fatal(err)
 	}
 	<-started
@@ -154,7 +155,7 @@ func TestQueueDepthReadingIsShared(t *testing.T) {
 	proxy, calls := depthCalls(t, q.Endpoint)
 	cfg := q.Config()
 	cfg.Endpoint = proxy.URL
-	rq, err := router.OpenQueue(context.Background(), cfg)
+	rq, err := queue.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

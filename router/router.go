@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 
@@ -40,7 +41,7 @@ type PoolConfig struct {
 
 // Source is a queue the router consumes.
 type Source struct {
-	Queue *Queue
+	Queue *queue.Queue
 	// Connections is how many receive loops long-poll it at once (0: 1).
 	Connections int
 	// VisibilityTimeout is the visibility a receive asks for and the
@@ -165,7 +166,7 @@ type hold struct {
 }
 
 type message struct {
-	Message
+	queue.Message
 	src      *source   // the queue it came from
 	received time.Time // when this router received it
 	started  time.Time // when its mediation started (zero: buffered; lock held)
@@ -196,7 +197,7 @@ type deferredRelease struct {
 }
 
 // New returns a Router over q (nil: none) and cfg.Sources.
-func New(q *Queue, med Mediator, cfg Config) (*Router, error) {
+func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("router: no pools configured")
 	}
@@ -395,7 +396,7 @@ func (r *Router) receive(ctx context.Context, s *source) {
 			continue
 		}
 		if attempt == "" || time.Since(attemptAt) > receiveAttemptLife {
-			attempt, attemptAt = NewReceiveAttempt(), time.Now()
+			attempt, attemptAt = queue.NewReceiveAttempt(), time.Now()
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.ReceiveWait+15*time.Second)
 		s.receives.Add(1)
@@ -406,7 +407,7 @@ func (r *Router) receive(ctx context.Context, s *source) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrReceiveAttemptVoid) {
+			if errors.Is(err, queue.ErrReceiveAttemptVoid) {
 				attempt = "" // what it handed out has moved on; receive afresh
 				continue
 			}
@@ -455,7 +456,7 @@ func (r *Router) releaseHeld(msgs []*message) {
 // is refreshed), cannot be parsed (then it is dropped), or belongs to a
 // group on hold behind an earlier failed job (then it is returned, to be
 // released).
-func (r *Router) accept(s *source, qm Message) *message {
+func (r *Router) accept(s *source, qm queue.Message) *message {
 	r.metrics.received.Inc()
 	var ptr dispatch.Pointer
 	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
@@ -623,7 +624,7 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 		return
 	}
 	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
-	changes := map[*source][]Visibility{}
+	changes := map[*source][]queue.Visibility{}
 	r.mu.Lock()
 	for _, m := range msgs {
 		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
@@ -633,7 +634,7 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 			m.deferred = &deferredRelease{delay: delay, at: time.Now()}
 			continue
 		}
-		changes[m.src] = append(changes[m.src], Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
+		changes[m.src] = append(changes[m.src], queue.Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
 	}
 	r.mu.Unlock()
 	for s, c := range changes {
@@ -643,12 +644,12 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 
 // changeVisibility sends visibility changes to s in batches of 10, each
 // call under the queue's deadline.
-func (r *Router) changeVisibility(s *source, changes []Visibility, warning string) {
+func (r *Router) changeVisibility(s *source, changes []queue.Visibility, warning string) {
 	if len(changes) == 0 {
 		return
 	}
 	ctx := context.Background()
-	if err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }); err != nil {
+	if err := chunks(changes, func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }); err != nil {
 		r.log.Warn(warning, "queue", s.name, "err", err)
 		r.warnings.add(Warning{Type: WarnVisibilityChange, Queue: s.name, Message: warning + ": " + err.Error()})
 	}
@@ -733,14 +734,14 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 		}
 		r.mu.Lock()
 		var msgs []*message
-		var changes []Visibility
+		var changes []queue.Visibility
 		for k, m := range r.held {
 			if k.src != s {
 				continue
 			}
 			m.extending = true
 			msgs = append(msgs, m)
-			changes = append(changes, Visibility{Receipt: m.Receipt, Timeout: vis})
+			changes = append(changes, queue.Visibility{Receipt: m.Receipt, Timeout: vis})
 		}
 		for g, h := range r.holds { // holds of groups that never came back
 			if time.Now().After(h.expires) {
@@ -748,7 +749,7 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 			}
 		}
 		r.mu.Unlock()
-		err := chunks(changes, func(c []Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) })
+		err := chunks(changes, func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) })
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "queue", s.name, "err", err)
 			r.warnings.add(Warning{Type: WarnHeartbeatFailed, Queue: s.name,
@@ -756,14 +757,14 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 		}
 		// Releases that came in during the call go out now, after it.
 		now := time.Now()
-		byDelay := map[time.Duration][]Visibility{}
+		byDelay := map[time.Duration][]queue.Visibility{}
 		r.mu.Lock()
 		for _, m := range msgs {
 			m.extending = false
 			if d := m.deferred; d != nil {
 				m.deferred = nil
 				left := max(d.delay-now.Sub(d.at), 0).Round(time.Second)
-				byDelay[left] = append(byDelay[left], Visibility{Receipt: m.Receipt, Timeout: left})
+				byDelay[left] = append(byDelay[left], queue.Visibility{Receipt: m.Receipt, Timeout: left})
 			}
 		}
 		r.mu.Unlock()
@@ -1012,7 +1013,7 @@ func (r *Router) Stats() []PoolStats {
 // startReceive starts a received message's span: a CONSUMER span of the
 // trace its attributes carry (the job's create), per OpenTelemetry's
 // messaging conventions for SQS, open until its mediation ends.
-func (r *Router) startReceive(s *source, qm Message, ptr dispatch.Pointer, p *Pool) context.Context {
+func (r *Router) startReceive(s *source, qm queue.Message, ptr dispatch.Pointer, p *Pool) context.Context {
 	ctx := r.cfg.Tracer.Decode(context.Background(), tracing.FromCarrier(qm.Attributes))
 	name := s.name
 	ctx, _ = r.cfg.Tracer.Start(ctx, "receive "+name, trace.SpanKindConsumer,
@@ -1040,4 +1041,17 @@ func endReceive(ctx context.Context, err error) {
 		tracing.Fail(span, "mediation_failed", err)
 	}
 	span.End()
+}
+
+// chunks calls fn on successive slices of at most 10 items (SQS batch size).
+func chunks[T any](items []T, fn func([]T) error) error {
+	var errs []error
+	for len(items) > 0 {
+		n := min(10, len(items))
+		if err := fn(items[:n]); err != nil {
+			errs = append(errs, err)
+		}
+		items = items[n:]
+	}
+	return errors.Join(errs...)
 }

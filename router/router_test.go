@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -54,7 +55,7 @@ func (f *fakeMediator) seen() []string {
 
 type bundle struct {
 	q      sqstest.Queue
-	rq     *router.Queue
+	rq     *queue.Queue
 	med    *fakeMediator
 	router *router.Router
 	done   chan error
@@ -70,7 +71,7 @@ func setup(t *testing.T, concurrency int, fn func(dispatch.Pointer, int) error) 
 
 // setupOn starts a router with one pool that reaches queue q through rq
 // (which may go through a proxy).
-func setupOn(t *testing.T, q sqstest.Queue, rq *router.Queue, concurrency int, fn func(dispatch.Pointer, int) error) *bundle {
+func setupOn(t *testing.T, q sqstest.Queue, rq *queue.Queue, concurrency int, fn func(dispatch.Pointer, int) error) *bundle {
 	t.Helper()
 	b := &bundle{q: q, rq: rq, med: &fakeMediator{fn: fn}, done: make(chan error, 1)}
 	r, err := router.New(b.rq, b.med, router.Config{
@@ -100,10 +101,10 @@ func (b *bundle) stop(t *testing.T) {
 
 func (b *bundle) send(t *testing.T, group string, ids ...int) {
 	t.Helper()
-	var entries []router.Entry
+	var entries []queue.Entry
 	for _, id := range ids {
 		ptr, _ := json.Marshal(dispatch.Pointer{ID: strconv.Itoa(id), PoolCode: dispatch.DefaultPool, MessageGroupID: group})
-		entries = append(entries, router.Entry{Body: string(ptr), GroupID: group, DeduplicationID: fmt.Sprint(id)})
+		entries = append(entries, queue.Entry{Body: string(ptr), GroupID: group, DeduplicationID: fmt.Sprint(id)})
 	}
 	if _, err := b.rq.SendBatch(context.Background(), entries); err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func TestRetryHoldsBackTheRestOfTheGroup(t *testing.T) {
 func TestUnparseableMessageIsDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, nil)
-	if _, err := b.rq.SendBatch(context.Background(), []router.Entry{{Body: "not json", GroupID: "x", DeduplicationID: "x"}}); err != nil {
+	if _, err := b.rq.SendBatch(context.Background(), []queue.Entry{{Body: "not json", GroupID: "x", DeduplicationID: "x"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.send(t, "y", 7)
@@ -221,7 +222,7 @@ func TestUnknownPoolCodeUsesTheDefaultPool(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	ptr, _ := json.Marshal(dispatch.Pointer{ID: "5", PoolCode: "NO-SUCH-POOL"})
-	if _, err := b.rq.SendBatch(context.Background(), []router.Entry{{Body: string(ptr), GroupID: "5", DeduplicationID: "5"}}); err != nil {
+	if _, err := b.rq.SendBatch(context.Background(), []queue.Entry{{Body: string(ptr), GroupID: "5", DeduplicationID: "5"}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() bool { return len(b.med.seen()) == 1 }, "mediated in the default pool")
@@ -242,11 +243,11 @@ func TestGroupFollowsTheSequenceNotTheJobID(t *testing.T) {
 		}
 		return nil
 	})
-	var entries []router.Entry
+	var entries []queue.Entry
 	for _, p := range []dispatch.Pointer{{ID: "100", Sequence: 1}, {ID: "50", Sequence: 2}} {
 		p.PoolCode, p.MessageGroupID = dispatch.DefaultPool, "g"
 		body, _ := json.Marshal(p)
-		entries = append(entries, router.Entry{Body: string(body), GroupID: "g", DeduplicationID: p.ID})
+		entries = append(entries, queue.Entry{Body: string(body), GroupID: "g", DeduplicationID: p.ID})
 	}
 	if _, err := b.rq.SendBatch(context.Background(), entries); err != nil {
 		t.Fatal(err)
@@ -254,40 +255,5 @@ func TestGroupFollowsTheSequenceNotTheJobID(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return len(b.med.seen()) >= 3 }, "all mediated")
 	if calls := b.med.seen(); !slices.Equal(calls, []string{"100", "100", "50"}) {
 		t.Errorf("group g mediated as %v, want 100, 100 (its retry), then 50", calls)
-	}
-}
-
-// The bound on handed pointers holds however many creates reserve room at
-// once: a reservation that does not fit is refused, and room comes back
-// when the create hands its pointers (or none, having failed).
-func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
-	q := sqstest.New(t, 30*time.Second)
-	p, _ := startPublisher(t, q.Open(t), &fakeOutbox{})
-	var (
-		mu      sync.Mutex
-		granted int
-		wg      sync.WaitGroup
-	)
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if p.Reserve(100) {
-				mu.Lock()
-				granted++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if granted != 10 {
-		t.Fatalf("%d reservations of 100 granted at once, want 10 (the bound of 1,000)", granted)
-	}
-	if p.Accepting() {
-		t.Error("the publisher accepts hand-offs with all its room reserved")
-	}
-	p.Hand(nil, 100) // a create that failed gives its room back
-	if !p.Reserve(100) {
-		t.Error("room given back could not be reserved again")
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/mediator"
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // backlogCollector says whether delivery is falling behind, read at each
@@ -19,13 +19,13 @@ import (
 // dispatch_backlog_up to 0; the rest of /metrics still answers.
 type backlogCollector struct {
 	backlog func(context.Context, time.Time) (dispatch.Backlog, error)
-	depth   func(context.Context) (router.Depth, error)
+	depth   func(context.Context) (queue.Depth, error)
 	now     func() time.Time
 
 	jobs, unsent, oldest, queue, up *prometheus.Desc
 }
 
-func newBacklogCollector(backlog func(context.Context, time.Time) (dispatch.Backlog, error), depth func(context.Context) (router.Depth, error)) *backlogCollector {
+func newBacklogCollector(backlog func(context.Context, time.Time) (dispatch.Backlog, error), depth func(context.Context) (queue.Depth, error)) *backlogCollector {
 	return &backlogCollector{
 		backlog: backlog, depth: depth, now: time.Now,
 		jobs: prometheus.NewDesc("dispatch_live_jobs",

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -96,7 +96,7 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	// older configuration, say): a router routes it to the default pool
 	// with a warning, and reports the warning to the database.
 	stray, _ := json.Marshal(dispatch.Pointer{ID: done.ID, PoolCode: "RETIRED-POOL", MediationType: "HTTP", MessageGroupID: done.ID})
-	if _, err := q.Open(t).SendBatch(t.Context(), []router.Entry{{Body: string(stray), GroupID: done.ID, DeduplicationID: "stray-" + done.ID}}); err != nil {
+	if _, err := q.Open(t).SendBatch(t.Context(), []queue.Entry{{Body: string(stray), GroupID: done.ID, DeduplicationID: "stray-" + done.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() bool {

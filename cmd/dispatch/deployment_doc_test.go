@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 // docs/deployment.md stays true to the code: its JSON parses, the queue
@@ -46,13 +46,13 @@ func TestDeploymentGuideMatchesTheCode(t *testing.T) {
 	if err := json.Unmarshal(m[1], &attrs); err != nil {
 		t.Fatalf("queue-attributes.json: %v", err)
 	}
-	if want := router.CreateAttributes(0); !maps.Equal(attrs, want) {
+	if want := queue.CreateAttributes(0); !maps.Equal(attrs, want) {
 		t.Errorf("the guide's queue attributes\n%v\ndiffer from DISPATCH_QUEUE_CREATE's\n%v", attrs, want)
 	}
 
 	// The SQS actions the code calls, batch calls authorised by their
 	// single-message action.
-	src, err := os.ReadFile("../../router/queue.go")
+	src, err := os.ReadFile("../../router/queue/queue.go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,8 @@ import (
 	"github.com/dispatchhq/dispatch/config"
 	"github.com/dispatchhq/dispatch/mediator"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/outbox"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/store"
 )
 
@@ -381,11 +383,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		if withRouter && !a.cfg.ProcessURLSet {
 			processURL = "http://" + loopbackAddr(ln.Addr()) + "/api/dispatch/process"
 		}
-		dests := make([]router.Destination, len(queues))
+		dests := make([]outbox.Destination, len(queues))
 		for i, rq := range queues {
-			dests[i] = router.Destination{Key: a.cfg.Queues[i].Key(), Queue: rq}
+			dests[i] = outbox.Destination{Key: a.cfg.Queues[i].Key(), Queue: rq}
 		}
-		publisher := router.NewPublisher(q, st, router.PublisherConfig{Destinations: dests,
+		publisher := outbox.New(q, st, outbox.Config{Destinations: dests,
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
 			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
@@ -530,8 +532,8 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 // its own endpoint when the configuration names one. None is contacted
 // yet: a queue that is missing or failing is retried by whatever uses it,
 // without holding up the others.
-func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
-	out := make([]*router.Queue, len(a.cfg.Queues))
+func (a *app) openQueues(ctx context.Context) ([]*queue.Queue, error) {
+	out := make([]*queue.Queue, len(a.cfg.Queues))
 	for i, cq := range a.cfg.Queues {
 		vis := cq.VisibilityTimeout
 		if vis == 0 {
@@ -541,7 +543,7 @@ func (a *app) openQueues(ctx context.Context) ([]*router.Queue, error) {
 		if cq.URL != "" {
 			name = "" // used as is
 		}
-		q, err := router.OpenQueue(ctx, router.QueueConfig{URL: cq.URL, Name: name,
+		q, err := queue.Open(ctx, queue.Config{URL: cq.URL, Name: name,
 			Create: a.cfg.QueueCreate, Endpoint: cmp.Or(cq.Endpoint, a.sqsEndpoint), CallTimeout: a.cfg.SQSTimeout, VisibilityTimeout: vis})
 		if err != nil {
 			return nil, err
@@ -632,13 +634,13 @@ func (a *app) onHangup(ctx context.Context, reloadRouter func() error, routing *
 
 // totalDepth reads every queue's depth and adds them up: the queue gauges
 // count what waits on all of them (/monitoring/queues has each).
-func totalDepth(queues []*router.Queue) func(context.Context) (router.Depth, error) {
-	return func(ctx context.Context) (router.Depth, error) {
-		var sum router.Depth
+func totalDepth(queues []*queue.Queue) func(context.Context) (queue.Depth, error) {
+	return func(ctx context.Context) (queue.Depth, error) {
+		var sum queue.Depth
 		for _, q := range queues {
 			d, err := q.Depth(ctx)
 			if err != nil {
-				return router.Depth{}, fmt.Errorf("%s: %w", q.Name(), err)
+				return queue.Depth{}, fmt.Errorf("%s: %w", q.Name(), err)
 			}
 			sum.Visible, sum.InFlight, sum.Delayed = sum.Visible+d.Visible, sum.InFlight+d.InFlight, sum.Delayed+d.Delayed
 		}
@@ -683,7 +685,7 @@ func (a *app) routerReporter(ctx context.Context, st *store.Store) (router.Repor
 }
 
 // queueDepth reads q's message counts for the console's backlog.
-func queueDepth(q *router.Queue) func(context.Context) (api.QueueDepth, error) {
+func queueDepth(q *queue.Queue) func(context.Context) (api.QueueDepth, error) {
 	return func(ctx context.Context) (api.QueueDepth, error) {
 		d, err := q.Depth(ctx)
 		if err != nil {

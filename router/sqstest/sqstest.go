@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 )
 
 var envOnce sync.Once
@@ -56,9 +56,9 @@ type Queue struct {
 	API      *sqs.Client
 }
 
-// Config returns the QueueConfig that opens this queue.
-func (q Queue) Config() router.QueueConfig {
-	return router.QueueConfig{URL: q.URL, Endpoint: q.Endpoint}
+// Config returns the queue.Config that opens this queue.
+func (q Queue) Config() queue.Config {
+	return queue.Config{URL: q.URL, Endpoint: q.Endpoint}
 }
 
 // New creates a FIFO queue with the given visibility timeout for t and
@@ -93,10 +93,10 @@ func New(t testing.TB, visibility time.Duration) Queue {
 	return Queue{Name: name, URL: url, Endpoint: Endpoint(), API: api}
 }
 
-// Open returns a router.Queue for q.
-func (q Queue) Open(t testing.TB) *router.Queue {
+// Open returns a queue.Queue for q.
+func (q Queue) Open(t testing.TB) *queue.Queue {
 	t.Helper()
-	rq, err := router.OpenQueue(context.Background(), q.Config())
+	rq, err := queue.Open(context.Background(), q.Config())
 	if err != nil {
 		t.Fatalf("sqstest: open: %v", err)
 	}

@@ -1,4 +1,4 @@
-package router_test
+package outbox_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/outbox"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -42,7 +43,7 @@ func (f *skipOutbox) skipped(key string) bool {
 }
 
 // drain receives every pointer on q until n have come, deleting them.
-func drain(t *testing.T, q *router.Queue, n int) []dispatch.Pointer {
+func drain(t *testing.T, q *queue.Queue, n int) []dispatch.Pointer {
 	t.Helper()
 	var got []dispatch.Pointer
 	eventually(t, 10*time.Second, func() bool {
@@ -68,14 +69,14 @@ func drain(t *testing.T, q *router.Queue, n int) []dispatch.Pointer {
 func TestPointersGoToTheQueueTheirJobNames(t *testing.T) {
 	a, b := sqstest.New(t, 30*time.Second), sqstest.New(t, 30*time.Second)
 	qa, qb := a.Open(t), b.Open(t)
-	missing, err := router.OpenQueue(context.Background(), router.QueueConfig{
+	missing, err := queue.Open(context.Background(), queue.Config{
 		URL: strings.TrimSuffix(a.URL, a.Name) + "t-nowhere.fifo", Endpoint: a.Endpoint, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	outbox := &skipOutbox{}
-	p := router.NewPublisher(qa, outbox, router.PublisherConfig{
-		Destinations: []router.Destination{{Key: a.URL, Queue: qa}, {Key: b.Name, Queue: qb}, {Key: "nowhere.fifo", Queue: missing}},
+	store := &skipOutbox{}
+	p := outbox.New(qa, store, outbox.Config{
+		Destinations: []outbox.Destination{{Key: a.URL, Queue: qa}, {Key: b.Name, Queue: qb}, {Key: "nowhere.fifo", Queue: missing}},
 		RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -104,12 +105,12 @@ func TestPointersGoToTheQueueTheirJobNames(t *testing.T) {
 	if got := drain(t, qb, 1); got[0].ID != "2" || got[0].PoolCode != "SLOW" {
 		t.Errorf("queue b got %+v, want job 2 in pool SLOW", got[0])
 	}
-	eventually(t, 10*time.Second, func() bool { return slices.Contains(outbox.ids(mark), 3) },
+	eventually(t, 10*time.Second, func() bool { return slices.Contains(store.ids(mark), 3) },
 		"the pointer of the queue that cannot be sent to is given back to the outbox")
-	if slices.Contains(outbox.ids(mark), 2) || slices.Contains(outbox.ids(mark), 1) {
-		t.Errorf("sent pointers were given back too: %v", outbox.ids(mark))
+	if slices.Contains(store.ids(mark), 2) || slices.Contains(store.ids(mark), 1) {
+		t.Errorf("sent pointers were given back too: %v", store.ids(mark))
 	}
-	eventually(t, 10*time.Second, func() bool { return outbox.skipped("nowhere.fifo") },
+	eventually(t, 10*time.Second, func() bool { return store.skipped("nowhere.fifo") },
 		"the outbox passes leave the failing queue's jobs out")
 
 	// The failing queue does not hold up the others.
@@ -118,5 +119,5 @@ func TestPointersGoToTheQueueTheirJobNames(t *testing.T) {
 	if got := drain(t, qb, 1); got[0].ID != "7" {
 		t.Errorf("queue b got %+v, want job 7", got[0])
 	}
-	eventually(t, 10*time.Second, func() bool { return slices.Contains(outbox.ids(later), 6) }, "job 6 waits in the outbox")
+	eventually(t, 10*time.Second, func() bool { return slices.Contains(store.ids(later), 6) }, "job 6 waits in the outbox")
 }

@@ -1,4 +1,4 @@
-package router_test
+package queue_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -19,7 +19,7 @@ import (
 func BenchmarkQueueCycle(b *testing.B) {
 	q := sqstest.New(b, 30*time.Second).Open(b)
 	ctx := context.Background()
-	entries := make([]router.Entry, 10)
+	entries := make([]queue.Entry, 10)
 	receipts := make([]string, 0, 10)
 	b.ReportAllocs()
 	var ru0 syscall.Rusage
@@ -27,7 +27,7 @@ func BenchmarkQueueCycle(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		for j := range entries {
 			id := strconv.Itoa(i*10 + j)
-			entries[j] = router.Entry{Body: `{"job_id":"` + id + `"}`, GroupID: "g" + strconv.Itoa(j), DeduplicationID: id}
+			entries[j] = queue.Entry{Body: `{"job_id":"` + id + `"}`, GroupID: "g" + strconv.Itoa(j), DeduplicationID: id}
 		}
 		if _, err := q.SendBatch(ctx, entries); err != nil {
 			b.Fatal(err)

@@ -1,4 +1,4 @@
-package router_test
+package outbox_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/outbox"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
-// fakeOutbox is a hand-written Outbox: nothing is due, and Unmark and
+// fakeOutbox is a hand-written Store: nothing is due, and Unmark and
 // ConfirmSent calls are recorded.
 type fakeOutbox struct {
 	mu        sync.Mutex
@@ -57,9 +58,9 @@ func (f *fakeOutbox) ids(mark time.Time) []int64 {
 	return slices.Clone(f.unmarked[mark])
 }
 
-func startPublisher(t *testing.T, q *router.Queue, outbox router.Outbox) (*router.Publisher, func()) {
+func startPublisher(t *testing.T, q *queue.Queue, store outbox.Store) (*outbox.Publisher, func()) {
 	t.Helper()
-	p := router.NewPublisher(q, outbox, router.PublisherConfig{RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	p := outbox.New(q, store, outbox.Config{RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -120,16 +121,16 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there: every send fails at once
-	q, err := router.OpenQueue(context.Background(), router.QueueConfig{
+	q, err := queue.Open(context.Background(), queue.Config{
 		URL: "http://" + addr + "/000000000000/down.fifo", Endpoint: "http://" + addr, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	outbox := &fakeOutbox{}
-	p, stop := startPublisher(t, q, outbox)
+	store := &fakeOutbox{}
+	p, stop := startPublisher(t, q, store)
 	mark := time.Now().Truncate(time.Microsecond)
 	p.Hand(handed(mark, 1, 2, 3), 0)
-	eventually(t, 20*time.Second, func() bool { return len(outbox.ids(mark)) == 3 },
+	eventually(t, 20*time.Second, func() bool { return len(store.ids(mark)) == 3 },
 		"the unsent pointers' marks are cleared")
 	if p.Accepting() {
 		t.Error("the publisher still accepts hand-offs although its last send failed")
@@ -137,7 +138,42 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	stop()
 	late := mark.Add(time.Second)
 	p.Hand(handed(late, 4), 0)
-	if got := outbox.ids(late); fmt.Sprint(got) != "[4]" {
+	if got := store.ids(late); fmt.Sprint(got) != "[4]" {
 		t.Errorf("a hand-off after the stop: unmarked %v, want [4]", got)
+	}
+}
+
+// The bound on handed pointers holds however many creates reserve room at
+// once: a reservation that does not fit is refused, and room comes back
+// when the create hands its pointers (or none, having failed).
+func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	p, _ := startPublisher(t, q.Open(t), &fakeOutbox{})
+	var (
+		mu      sync.Mutex
+		granted int
+		wg      sync.WaitGroup
+	)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p.Reserve(100) {
+				mu.Lock()
+				granted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if granted != 10 {
+		t.Fatalf("%d reservations of 100 granted at once, want 10 (the bound of 1,000)", granted)
+	}
+	if p.Accepting() {
+		t.Error("the publisher accepts hand-offs with all its room reserved")
+	}
+	p.Hand(nil, 100) // a create that failed gives its room back
+	if !p.Reserve(100) {
+		t.Error("room given back could not be reserved again")
 	}
 }

@@ -1,4 +1,4 @@
-package router_test
+package queue_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -42,7 +42,7 @@ func TestCreatedQueueIsHighThroughputFIFO(t *testing.T) {
 			b := make([]byte, 6)
 			_, _ = rand.Read(b)
 			name := "create-" + hex.EncodeToString(b) + ".fifo"
-			q, err := router.OpenQueue(ctx, router.QueueConfig{Name: name, Create: true, Endpoint: sqstest.Endpoint(), VisibilityTimeout: tc.visibility})
+			q, err := queue.Open(ctx, queue.Config{Name: name, Create: true, Endpoint: sqstest.Endpoint(), VisibilityTimeout: tc.visibility})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,7 @@
-package router
+// Package outbox is the publisher of the transactional outbox: it sends the
+// pointers of due, unsent jobs to their SQS queues (handed over at creation,
+// or found by the outbox query), confirms them, and sweeps for the lost.
+package outbox
 
 import (
 	"context"
@@ -9,11 +12,12 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 
-// Outbox is what the publisher needs from the job store.
-type Outbox interface {
+// Store is what the publisher needs from the job store.
+type Store interface {
 	// PublishDueExcept hands due, unsent jobs to send, but none whose
 	// queue key is in skip ("": the default queue).
 	PublishDueExcept(ctx context.Context, now time.Time, limit int, skip []string, send func([]dispatch.Unsent) ([]int64, error)) (int, error)
@@ -44,14 +48,14 @@ type FailingSubscriptions interface {
 // Destination is a queue jobs may name, by its key (dispatch.RouteQueue.Key).
 type Destination struct {
 	Key   string
-	Queue *Queue
+	Queue *queue.Queue
 }
 
-// PublisherConfig configures a Publisher.
-type PublisherConfig struct {
+// Config configures a Publisher.
+type Config struct {
 	// Destinations are the queues jobs may name (Job.QueueURL), the
 	// default among them or not; a job naming none, or one no longer
-	// configured, goes to the queue given to NewPublisher.
+	// configured, goes to the queue given to New.
 	Destinations []Destination
 	// PoolCode is the pool of pointers whose jobs name none.
 	PoolCode   string
@@ -72,9 +76,9 @@ type PublisherConfig struct {
 // jobs, jobs created while the queue was down, jobs the sweep requeued).
 // It is safe to run in every API replica.
 type Publisher struct {
-	q      *Queue
-	outbox Outbox
-	cfg    PublisherConfig
+	q      *queue.Queue
+	outbox Store
+	cfg    Config
 	log    *slog.Logger
 	kick   chan struct{} // Notify: the outbox may have work
 	handed chan struct{} // Hand: handed pointers wait
@@ -92,8 +96,8 @@ type Publisher struct {
 
 	// Run's goroutine only: the queues by key, each queue's health, and
 	// the keys already warned about (no longer configured).
-	byKey   map[string]*Queue
-	health  map[*Queue]*queueHealth
+	byKey   map[string]*queue.Queue
+	health  map[*queue.Queue]*queueHealth
 	strayed map[string]bool
 }
 
@@ -105,8 +109,8 @@ type queueHealth struct {
 	backoff time.Duration
 }
 
-// NewPublisher returns a Publisher.
-func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
+// New returns a Publisher.
+func New(q *queue.Queue, outbox Store, cfg Config) *Publisher {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
@@ -115,7 +119,7 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 	}
 	p := &Publisher{q: q, outbox: outbox, cfg: cfg, log: cfg.Logger.With("component", "publisher"),
 		kick: make(chan struct{}, 1), handed: make(chan struct{}, 1), sending: true,
-		byKey: map[string]*Queue{"": q}, health: map[*Queue]*queueHealth{}, strayed: map[string]bool{}}
+		byKey: map[string]*queue.Queue{"": q}, health: map[*queue.Queue]*queueHealth{}, strayed: map[string]bool{}}
 	for _, d := range cfg.Destinations {
 		p.byKey[d.Key] = d.Queue
 	}
@@ -123,7 +127,7 @@ func NewPublisher(q *Queue, outbox Outbox, cfg PublisherConfig) *Publisher {
 }
 
 // route is the queue of a job naming key.
-func (p *Publisher) route(key string) *Queue {
+func (p *Publisher) route(key string) *queue.Queue {
 	if q, ok := p.byKey[key]; ok {
 		return q
 	}
@@ -149,7 +153,7 @@ func (p *Publisher) skip(now time.Time) []string {
 
 // sendFailed puts q in a backoff after a failed send (5 s, doubling up to
 // a minute); sendWorked ends it.
-func (p *Publisher) sendFailed(q *Queue, err error) {
+func (p *Publisher) sendFailed(q *queue.Queue, err error) {
 	h := p.health[q]
 	if h == nil {
 		h = &queueHealth{}
@@ -160,7 +164,7 @@ func (p *Publisher) sendFailed(q *Queue, err error) {
 	h.retryAt = time.Now().Add(h.backoff)
 }
 
-func (p *Publisher) sendWorked(q *Queue) {
+func (p *Publisher) sendWorked(q *queue.Queue) {
 	if p.health[q] != nil {
 		delete(p.health, q)
 		p.log.Info("sending to the queue again", "queue", q.Name())
@@ -403,8 +407,8 @@ func (p *Publisher) publishAll(ctx context.Context) error {
 // error: they wait in the outbox.
 func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, error) {
 	var (
-		order []*Queue
-		byQ   = map[*Queue][]dispatch.Unsent{}
+		order []*queue.Queue
+		byQ   = map[*queue.Queue][]dispatch.Unsent{}
 	)
 	for _, u := range due {
 		q := p.route(u.QueueURL)
@@ -436,12 +440,12 @@ func (p *Publisher) send(ctx context.Context, due []dispatch.Unsent) ([]int64, e
 
 // sendTo sends pointers to q in batches of ten, stopping at the first
 // failure.
-func (p *Publisher) sendTo(ctx context.Context, q *Queue, due []dispatch.Unsent) ([]int64, error) {
+func (p *Publisher) sendTo(ctx context.Context, q *queue.Queue, due []dispatch.Unsent) ([]int64, error) {
 	sent := make([]int64, 0, len(due))
 	for len(due) > 0 {
 		batch := due[:min(10, len(due))]
 		due = due[len(batch):]
-		entries := make([]Entry, len(batch))
+		entries := make([]queue.Entry, len(batch))
 		for i, u := range batch {
 			id := dispatch.FormatID(u.ID)
 			pool := u.PoolCode
@@ -452,7 +456,7 @@ func (p *Publisher) sendTo(ctx context.Context, q *Queue, due []dispatch.Unsent)
 				ID: id, PoolCode: pool, MediationType: "HTTP",
 				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
 			})
-			entries[i] = Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
+			entries[i] = queue.Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
 			if u.TraceContext != "" { // the job's trace goes with its pointer
 				entries[i].Attributes = tracing.Carrier(u.TraceContext)
 			}
@@ -471,4 +475,14 @@ func (p *Publisher) sendTo(ctx context.Context, q *Queue, due []dispatch.Unsent)
 		}
 	}
 	return sent, nil
+}
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -1,4 +1,7 @@
-package router
+// Package queue is the SQS FIFO queue client the publisher sends to and the
+// router receives from: sends, receives, deletes and visibility changes in
+// batches, the queue's depth, and the high-throughput FIFO queue it creates.
+package queue
 
 import (
 	"bytes"
@@ -22,8 +25,8 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// QueueConfig names the queue.
-type QueueConfig struct {
+// Config names the queue.
+type Config struct {
 	URL    string // used as is when set
 	Name   string // looked up (and created when Create) when URL is empty
 	Create bool
@@ -40,14 +43,14 @@ type QueueConfig struct {
 	CallTimeout time.Duration
 }
 
-// DefaultCallTimeout bounds one SQS call when QueueConfig.CallTimeout is 0.
+// DefaultCallTimeout bounds one SQS call when Config.CallTimeout is 0.
 const DefaultCallTimeout = 10 * time.Second
 
 // DefaultVisibilityTimeout is the visibility timeout of a queue Create
-// makes when QueueConfig.VisibilityTimeout is 0.
+// makes when Config.VisibilityTimeout is 0.
 const DefaultVisibilityTimeout = 60 * time.Second
 
-// CreateAttributes are the attributes of the queue QueueConfig.Create
+// CreateAttributes are the attributes of the queue Config.Create
 // makes: FIFO in high-throughput mode (deduplication and the throughput
 // limit per message group: dispatch sends every job to its own group
 // unless it has a groupId, and a job id never repeats), encrypted with
@@ -76,7 +79,7 @@ const maxReceiveWait = 20 * time.Second
 // or outliving a queue that was re-created, recovers by itself.
 type Queue struct {
 	api *sqs.Client
-	cfg QueueConfig
+	cfg Config
 	mu  sync.Mutex
 	url string
 
@@ -87,9 +90,9 @@ type Queue struct {
 	lastDepth DepthReading
 }
 
-// OpenQueue loads the AWS configuration through the SDK's standard chain.
+// Open loads the AWS configuration through the SDK's standard chain.
 // It does not contact SQS; the first call that needs the queue does.
-func OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error) {
+func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
@@ -513,17 +516,4 @@ func optional(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-// chunks calls fn on successive slices of at most 10 items (SQS batch size).
-func chunks[T any](items []T, fn func([]T) error) error {
-	var errs []error
-	for len(items) > 0 {
-		n := min(10, len(items))
-		if err := fn(items[:n]); err != nil {
-			errs = append(errs, err)
-		}
-		items = items[n:]
-	}
-	return errors.Join(errs...)
 }
