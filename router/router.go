@@ -2,7 +2,8 @@
 // SQS FIFO queues for message pointers and feeds them into bounded processing pools,
 // whose workers hand each pointer to a Mediator. Messages of one group are
 // mediated one at a time in queue order; other groups run in parallel. The
-// package also holds the outbox publisher that puts pointers on the queue.
+// SQS client is router/queue; the outbox publisher that puts pointers on the
+// queue is router/outbox.
 package router
 
 import (
