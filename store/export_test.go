@@ -15,6 +15,9 @@ func SetAfterCredentialsRead(s *Store, fn func()) { s.afterCredentialsRead = fn 
 // ClaimManySQL is the claim fast path's statement, for EXPLAIN.
 var ClaimManySQL = claimManySQL
 
+// ConfirmSentSQL is the send confirmation's statement, for EXPLAIN.
+var ConfirmSentSQL = confirmSentSQL
+
 // BrowseSetting reads a setting inside a browse transaction.
 func BrowseSetting(ctx context.Context, s *Store, name string) (string, error) {
 	var v string

@@ -51,20 +51,28 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 	// skipped job is being claimed, which ends its lease too, or re-marked;
 	// at worst its lease runs out and the sweep sends a spare pointer,
 	// which the processor drops.
-	_, err := s.pool.Exec(ctx, `
-		UPDATE dispatch_job j SET send_lease = NULL
-		FROM (
-			SELECT l.id FROM dispatch_job l
-			JOIN unnest($1::bigint[], $2::timestamptz[]) AS i(id, mark) ON l.id = i.id AND l.queued_at = i.mark
-			WHERE l.send_lease IS NOT NULL AND l.id BETWEEN $3 AND $4
-			ORDER BY l.id
-			FOR UPDATE OF l SKIP LOCKED) AS c
-		WHERE j.id = c.id AND j.id BETWEEN $3 AND $4`, ids, marks, slices.Min(ids), slices.Max(ids))
+	_, err := s.pool.Exec(ctx, confirmSentSQL, ids, marks, slices.Min(ids), slices.Max(ids))
 	if err != nil {
 		return fmt.Errorf("store: confirm sent jobs: %w", err)
 	}
 	return nil
 }
+
+// confirmSentSQL ends the send leases of the jobs $1 still marked with the
+// marks $2 (one per job); $3 and $4 are the least and greatest of the ids.
+// The jobs are found by primary key (id = ANY), each compared with its own
+// mark by its place in the arrays, and the batch is an array, not a join:
+// joined with unnest, the generic plan walked every job in the id range
+// against the whole batch, 1.2 s a call on a table of 5,000,000 jobs.
+var confirmSentSQL = `
+	UPDATE dispatch_job SET send_lease = NULL
+	WHERE id = ANY (ARRAY(
+		SELECT l.id FROM dispatch_job l
+		WHERE l.id = ANY ($1::bigint[]) AND l.id BETWEEN $3 AND $4 AND l.send_lease IS NOT NULL
+			AND l.queued_at = ($2::timestamptz[])[array_position($1::bigint[], l.id)]
+		ORDER BY l.id
+		FOR UPDATE OF l SKIP LOCKED))
+		AND id BETWEEN $3 AND $4`
 
 // PublishDue takes up to limit due jobs whose pointer is not on the queue,
 // hands them to send, and returns how many send reports as sent
