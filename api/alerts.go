@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 )
 
 // alertDestinationView is an alert destination as the API shows it. The
@@ -26,7 +27,7 @@ func viewAlertDestination(d dispatch.AlertDestination) alertDestinationView {
 }
 
 func (s *Server) createAlertDestination(c *gin.Context) {
-	d, err := parseAlertDestination(body(c), s.cfg.JobRules)
+	d, err := decode.AlertDestination(body(c), s.cfg.JobRules)
 	if err != nil {
 		s.writeError(c, err)
 		return

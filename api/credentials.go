@@ -8,13 +8,14 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 	"github.com/dispatchhq/dispatch/webhook"
 )
 
 const maxBearerLen = 1024
 
 func (s *Server) createCredentials(c *gin.Context) {
-	f, err := parseObject(body(c), "name", "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
+	f, err := decode.Object(body(c), "name", "bearerToken", "signingSecret", "algorithm", "signatureScheme", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -55,7 +56,7 @@ func (s *Server) createCredentials(c *gin.Context) {
 
 // credentialsName reads name: trimmed, at most MaxCredentialsName
 // characters, no control characters ("" when absent).
-func credentialsName(f *object) string {
+func credentialsName(f *decode.Fields) string {
 	name := strings.TrimSpace(f.String("name", dispatch.MaxCredentialsName, false))
 	if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		f.Add("name", "must not contain control characters")
@@ -64,7 +65,7 @@ func credentialsName(f *object) string {
 }
 
 // secretField reads signingSecret, or generates one when absent.
-func (s *Server) secretField(f *object, scheme webhook.Scheme) (string, bool) {
+func (s *Server) secretField(f *decode.Fields, scheme webhook.Scheme) (string, bool) {
 	secret := f.String("signingSecret", 256, false)
 	if f.Has("signingSecret") {
 		if err := webhook.ValidateSecret(scheme, secret); err != nil {
@@ -108,7 +109,7 @@ func (s *Server) patchCredentials(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f, err := parseObject(body(c), "name", "allowedTargets")
+	f, err := decode.Object(body(c), "name", "allowedTargets")
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -160,7 +161,7 @@ func (s *Server) rotateCredentials(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f, err := parseObject(body(c), "signingSecret", "gracePeriod")
+	f, err := decode.Object(body(c), "signingSecret", "gracePeriod")
 	if err != nil {
 		s.writeError(c, err)
 		return

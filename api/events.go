@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 )
 
 // Verifier runs a subscription's verification handshake and stores the outcome.
@@ -19,7 +20,7 @@ type Verifier interface {
 }
 
 func (s *Server) createSubscription(c *gin.Context) {
-	sub, verify, err := parseSubscription(body(c), s.cfg.JobRules)
+	sub, verify, err := decode.Subscription(body(c), s.cfg.JobRules)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -117,7 +118,7 @@ func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context
 func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error) {
 	b := body(c)
 	return s.store.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
-		return patchSubscription(b, s.cfg.JobRules, sub)
+		return decode.PatchSubscription(b, s.cfg.JobRules, sub)
 	})
 }
 
@@ -158,7 +159,7 @@ func (s *Server) deleteSubscription(c *gin.Context) {
 // subscription in one transaction: 201, or 200 with the same event and
 // jobs when the idempotency key was used before.
 func (s *Server) publishEvent(c *gin.Context) {
-	e, data, err := parseEvent(body(c))
+	e, data, err := decode.Event(body(c))
 	if err != nil {
 		s.writeError(c, err)
 		return

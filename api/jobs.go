@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 )
 
 const (
@@ -23,7 +24,7 @@ const (
 )
 
 func (s *Server) createJob(c *gin.Context) {
-	j, err := parseCreateJob(body(c), s.cfg.JobRules, s.now())
+	j, err := decode.CreateJob(body(c), s.cfg.JobRules, s.now())
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -53,7 +54,7 @@ type batchResult struct {
 // createJobs creates the valid items of a batch in one transaction and
 // answers per item: 201 created, 200 idempotent repeat, 400 invalid.
 func (s *Server) createJobs(c *gin.Context) {
-	jobs, errs, err := parseCreateJobs(body(c), s.cfg.JobRules, s.now(), maxBatch)
+	jobs, errs, err := decode.CreateJobs(body(c), s.cfg.JobRules, s.now(), maxBatch)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -64,7 +64,6 @@ type Processor interface {
 	Process(ctx context.Context, ptr dispatch.Pointer) (dispatch.Decision, error)
 }
 
-
 // Config configures the API.
 type Config struct {
 	APITokens     []string

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 )
 
 const (
@@ -126,7 +127,7 @@ type sessionView struct {
 
 // login exchanges the admin token for a console session.
 func (s *Server) login(c *gin.Context) {
-	f, err := parseObject(body(c), "token")
+	f, err := decode.Object(body(c), "token")
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -418,4 +418,3 @@ func TestProcessScheduledJobNotDue(t *testing.T) {
 		t.Errorf("a job was delivered before its scheduledFor")
 	}
 }
-

@@ -1,11 +1,11 @@
-package api
+package decode
 
 import "github.com/dispatchhq/dispatch"
 
-// parseAlertDestination validates a create body: name, kind (webhook or
+// AlertDestination validates a create body: name, kind (webhook or
 // slack), url (as a job's targetUrl) and, for a webhook, credentialsId
 // (whose allowedTargets the store checks against url).
-func parseAlertDestination(body []byte, rules dispatch.JobRules) (*dispatch.AlertDestination, error) {
+func AlertDestination(body []byte, rules dispatch.JobRules) (*dispatch.AlertDestination, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return nil, p.Err()

@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"slices"
@@ -14,7 +14,7 @@ func TestParseCreateJobTargetPort(t *testing.T) {
 	rules := dispatch.JobRules{AllowHTTP: true}
 	for _, u := range []string{"https://example.com:0/h", "https://example.com:65536/h", "https://example.com:99999/h",
 		"http://127.0.0.1:4294967297/h", "https://[2001:db8::1]:70000/h"} {
-		_, err := parseCreateJob(jobBody(t, map[string]any{"targetUrl": u}), rules, testNow)
+		_, err := CreateJob(jobBody(t, map[string]any{"targetUrl": u}), rules, testNow)
 		if err == nil {
 			t.Errorf("%s: accepted", u)
 			continue
@@ -25,7 +25,7 @@ func TestParseCreateJobTargetPort(t *testing.T) {
 	}
 	for _, u := range []string{"https://example.com/h", "https://example.com:1/h", "https://example.com:65535/h",
 		"https://example.com:/h", "http://[2001:db8::1]:8443/h"} {
-		if _, err := parseCreateJob(jobBody(t, map[string]any{"targetUrl": u}), rules, testNow); err != nil {
+		if _, err := CreateJob(jobBody(t, map[string]any{"targetUrl": u}), rules, testNow); err != nil {
 			t.Errorf("%s: %v", u, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestParseSubscriptionListsEveryProblem(t *testing.T) {
-	_, _, err := parseSubscription([]byte(`{"url":"http://x.example","eventTypes":["ok.*","a*b",""],
+	_, _, err := Subscription([]byte(`{"url":"http://x.example","eventTypes":["ok.*","a*b",""],
 		"maxRetries":51,"orderingKey":"id","rateLimitPerSecond":10001,"headers":{"Host":"h"},"status":"ACTIVE"}`),
 		dispatch.JobRules{})
 	var de *dispatch.Error
@@ -28,7 +28,7 @@ func TestParseSubscriptionListsEveryProblem(t *testing.T) {
 			t.Errorf("%s not named: %+v", f, de.Details)
 		}
 	}
-	sub, verify, err := parseSubscription([]byte(`{"name":"n","url":"https://x.example/h","eventTypes":["*","*"],"verify":true,"credentialsId":"12"}`), dispatch.JobRules{})
+	sub, verify, err := Subscription([]byte(`{"name":"n","url":"https://x.example/h","eventTypes":["*","*"],"verify":true,"credentialsId":"12"}`), dispatch.JobRules{})
 	if err != nil || !verify || sub.Status != dispatch.SubscriptionPendingVerification || sub.CredentialsID != 12 ||
 		!slices.Equal(sub.EventTypes, []string{"*"}) || sub.MaxRetries != dispatch.DefaultMaxRetries {
 		t.Errorf("valid: %+v verify %v err %v", sub, verify, err)
@@ -39,13 +39,13 @@ func TestPatchSubscription(t *testing.T) {
 	sub := dispatch.Subscription{Name: "n", URL: "https://x.example", EventTypes: []string{"*"}, OrderingKey: "/id",
 		RateLimitPerSecond: 5, MaxRetries: 3, RetryStrategy: dispatch.RetryFixed}
 	before := sub
-	if err := patchSubscription([]byte(`{"name":"m","url":"ftp://x"}`), dispatch.JobRules{}, &sub); err == nil {
+	if err := PatchSubscription([]byte(`{"name":"m","url":"ftp://x"}`), dispatch.JobRules{}, &sub); err == nil {
 		t.Fatal("a bad url was accepted")
 	}
 	if sub.Name != before.Name {
 		t.Errorf("a refused patch changed the name to %q", sub.Name)
 	}
-	if err := patchSubscription([]byte(`{"name":"m","orderingKey":null,"rateLimitPerSecond":null}`), dispatch.JobRules{}, &sub); err != nil {
+	if err := PatchSubscription([]byte(`{"name":"m","orderingKey":null,"rateLimitPerSecond":null}`), dispatch.JobRules{}, &sub); err != nil {
 		t.Fatal(err)
 	}
 	if sub.Name != "m" || sub.OrderingKey != "" || sub.RateLimitPerSecond != 0 || sub.MaxRetries != 3 || sub.URL != before.URL {
@@ -54,7 +54,7 @@ func TestPatchSubscription(t *testing.T) {
 }
 
 func TestParseEvent(t *testing.T) {
-	e, data, err := parseEvent([]byte(`{"source":"s","type":"order.created","data": {"id": 1.50} ,"metadata":{"k":"v"},"idempotencyKey":"x"}`))
+	e, data, err := Event([]byte(`{"source":"s","type":"order.created","data": {"id": 1.50} ,"metadata":{"k":"v"},"idempotencyKey":"x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestParseEvent(t *testing.T) {
 	if v, _ := dispatch.ResolvePointer(data, "/id"); v != json.Number("1.50") {
 		t.Errorf("decoded data: %v", v)
 	}
-	_, _, err = parseEvent([]byte(`{"type":"*","data":null,"metadata":{"subscriptionId":"1"},"x":1}`))
+	_, _, err = Event([]byte(`{"type":"*","data":null,"metadata":{"subscriptionId":"1"},"x":1}`))
 	var de *dispatch.Error
 	if !errors.As(err, &de) || len(de.Details) != 5 {
 		t.Errorf("bad event: %v", err)
@@ -87,7 +87,7 @@ func FuzzParseEventAndSubscription(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e, data, err := parseEvent(body)
+		e, data, err := Event(body)
 		if (e == nil) == (err == nil) {
 			t.Fatalf("ParseEvent: event %v and err %v", e, err)
 		}
@@ -101,7 +101,7 @@ func FuzzParseEventAndSubscription(f *testing.F) {
 				}
 			}
 		}
-		sub, _, err := parseSubscription(body, dispatch.JobRules{})
+		sub, _, err := Subscription(body, dispatch.JobRules{})
 		if (sub == nil) == (err == nil) {
 			t.Fatalf("ParseSubscription: sub %v and err %v", sub, err)
 		}

@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"slices"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseObject(t *testing.T) {
-	f, err := parseObject([]byte(`{"name":"a","extra":1}`), "name", "other")
+	f, err := Object([]byte(`{"name":"a","extra":1}`), "name", "other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,17 +28,17 @@ func TestParseObject(t *testing.T) {
 		}
 	}
 
-	f, err = parseObject(nil)
+	f, err = Object(nil)
 	if err != nil || f.Err() != nil {
 		t.Errorf("empty body: %v %v", err, f.Err())
 	}
-	if _, err := parseObject([]byte(`[1]`)); err == nil {
+	if _, err := Object([]byte(`[1]`)); err == nil {
 		t.Errorf("array body accepted")
 	}
 }
 
 func TestObjectAllowedTargets(t *testing.T) {
-	f, err := parseObject([]byte(`{"allowedTargets":["HTTPS://P.example:443/","https://p.example","ftp://x",3,"https://a@b"]}`), "allowedTargets")
+	f, err := Object([]byte(`{"allowedTargets":["HTTPS://P.example:443/","https://p.example","ftp://x",3,"https://a@b"]}`), "allowedTargets")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestObjectAllowedTargets(t *testing.T) {
 	if strings.Join(fields, ",") != "allowedTargets[2],allowedTargets[3],allowedTargets[4]" {
 		t.Errorf("problems with %v, want every bad entry", fields)
 	}
-	f, _ = parseObject([]byte(`{"allowedTargets":"https://p.example"}`), "allowedTargets")
+	f, _ = Object([]byte(`{"allowedTargets":"https://p.example"}`), "allowedTargets")
 	if f.AllowedTargets("allowedTargets"); f.Err() == nil {
 		t.Errorf("a string in place of an array was accepted")
 	}

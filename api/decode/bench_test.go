@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"strings"
@@ -29,7 +29,7 @@ func BenchmarkParseCreateJob(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := parseCreateJob(body, dispatch.JobRules{}, now); err != nil {
+		if _, err := CreateJob(body, dispatch.JobRules{}, now); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -41,7 +41,7 @@ func BenchmarkParseCreateJobs100(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		jobs, errs, err := parseCreateJobs(body, dispatch.JobRules{}, now, 100)
+		jobs, errs, err := CreateJobs(body, dispatch.JobRules{}, now, 100)
 		if err != nil || len(jobs) != 100 || errs[99] != nil {
 			b.Fatalf("ParseCreateJobs: %d jobs, err %v", len(jobs), err)
 		}

@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// FuzzParseCreateJob checks that parseCreateJob never panics, answers with
+// FuzzParseCreateJob checks that CreateJob never panics, answers with
 // exactly one of a job or a validation error, and that every job it accepts
 // satisfies what the store and the sender rely on.
 func FuzzParseCreateJob(f *testing.F) {
@@ -35,7 +35,7 @@ func FuzzParseCreateJob(f *testing.F) {
 	}
 	f.Add([]byte(`{"source":"s","type":"t","targetUrl":"http://e.com","payload":"p"}`), true)
 	f.Fuzz(func(t *testing.T, body []byte, allowHTTP bool) {
-		j, err := parseCreateJob(body, dispatch.JobRules{AllowHTTP: allowHTTP}, testNow)
+		j, err := CreateJob(body, dispatch.JobRules{AllowHTTP: allowHTTP}, testNow)
 		if (j == nil) == (err == nil) {
 			t.Fatalf("job %v and error %v: want exactly one", j, err)
 		}

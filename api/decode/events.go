@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ const subscriptionFields = "name url eventTypes filter credentialsId headers max
 // publishEventFields are the fields a publish-event body may hold.
 var publishEventFields = map[string]bool{"source": true, "type": true, "data": true, "metadata": true, "idempotencyKey": true}
 
-// parseSubscription decodes and validates a create-subscription body. It
+// Subscription decodes and validates a create-subscription body. It
 // reports every problem at once. verify is the body's "verify" flag: the
 // subscription starts PENDING_VERIFICATION, requires verification, and
 // must pass the handshake on its url before it is ACTIVE.
-func parseSubscription(body []byte, rules dispatch.JobRules) (*dispatch.Subscription, bool, error) {
+func Subscription(body []byte, rules dispatch.JobRules) (*dispatch.Subscription, bool, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return nil, false, p.Err()
@@ -48,11 +48,11 @@ func parseSubscription(body []byte, rules dispatch.JobRules) (*dispatch.Subscrip
 	return sub, verify, nil
 }
 
-// patchSubscription applies a partial-update body to sub: fields present
+// PatchSubscription applies a partial-update body to sub: fields present
 // replace the current values; null clears an optional field (filter,
 // credentialsId, headers, orderingKey, rateLimitPerSecond, queueUrl,
 // poolCode). sub is left unchanged when the body has problems.
-func patchSubscription(body []byte, rules dispatch.JobRules, sub *dispatch.Subscription) error {
+func PatchSubscription(body []byte, rules dispatch.JobRules, sub *dispatch.Subscription) error {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return p.Err()
@@ -195,10 +195,10 @@ func eventPatterns(d fieldDecoder) []string {
 	return out
 }
 
-// parseEvent decodes and validates a publish-event body. data may be any
+// Event decodes and validates a publish-event body. data may be any
 // JSON value; it is kept as the exact text given (the jobs' payload) and is
 // returned decoded too, for the subscriptions' ordering keys.
-func parseEvent(body []byte) (*dispatch.Event, any, error) {
+func Event(body []byte) (*dispatch.Event, any, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return nil, nil, p.Err()

@@ -1,4 +1,15 @@
-package api
+// Package decode reads the API's request bodies into the domain's values:
+// creates and batches of jobs, subscriptions and their patches, events,
+// alert destinations, and the small objects of the other routes. What those
+// values must be is the domain's (dispatch.JobRules.CheckTarget,
+// dispatch.CheckHeaders, ...): the decoders apply those rules as they read
+// each field and answer every problem at once, as one dispatch.Problems
+// error. Unknown fields, duplicate keys, wrong types and invalid UTF-8 are
+// problems too.
+//
+// It imports only the standard library, the domain and the JSON token
+// reader, so that its tests and fuzz targets build quickly.
+package decode
 
 import (
 	"bytes"
@@ -15,12 +26,6 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 )
-
-// The API decodes request bodies into the domain's values here and in
-// decode_jobs.go, decode_events.go and decode_alerts.go. What those values
-// must be is the domain's (dispatch.JobRules.CheckTarget,
-// dispatch.CheckHeaders, ...): the decoders apply those rules as they read
-// each field and answer every problem at once, as one dispatch.Problems.
 
 // decodeObject splits a JSON object into its fields, refusing invalid UTF-8,
 // duplicate keys and trailing data. A nil map means the body is unusable.
@@ -203,17 +208,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// object reads typed fields out of a JSON object body, collecting every
+// Fields reads typed fields out of a JSON object body, collecting every
 // problem (unknown fields, wrong types, bad lengths) for one answer.
-type object struct {
+type Fields struct {
 	d fieldDecoder
 	p dispatch.Problems
 }
 
-// parseObject decodes body as a JSON object whose fields must be among
+// Object decodes body as a JSON object whose fields must be among
 // known. The error is set only when the body is unusable as a whole; an
 // empty body is an empty object.
-func parseObject(body []byte, known ...string) (*object, error) {
+func Object(body []byte, known ...string) (*Fields, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
@@ -221,7 +226,7 @@ func parseObject(body []byte, known ...string) (*object, error) {
 	if fields == nil {
 		return nil, p.Err()
 	}
-	f := &object{p: p}
+	f := &Fields{p: p}
 	f.d = fieldDecoder{fields: fields, p: &f.p}
 	allowed := map[string]bool{}
 	for _, k := range known {
@@ -236,23 +241,23 @@ func parseObject(body []byte, known ...string) (*object, error) {
 }
 
 // String returns a string field ("" when absent), noting problems.
-func (f *object) String(name string, maxLen int, required bool) string {
+func (f *Fields) String(name string, maxLen int, required bool) string {
 	return f.d.str(name, maxLen, required)
 }
 
 // Has reports whether a field is present and not null.
-func (f *object) Has(name string) bool { return f.d.present(name) }
+func (f *Fields) Has(name string) bool { return f.d.present(name) }
 
 // Add notes a problem with a field.
-func (f *object) Add(field, format string, args ...any) { f.p.Add(field, format, args...) }
+func (f *Fields) Add(field, format string, args ...any) { f.p.Add(field, format, args...) }
 
 // Err returns every problem noted, or nil.
-func (f *object) Err() error { return f.p.Err() }
+func (f *Fields) Err() error { return f.p.Err() }
 
 // AllowedTargets reads a JSON array of allowedTargets entries, validating
 // and normalising each (dispatch.ParseAllowedTarget) and noting every bad entry as
 // a problem of name[i]. Duplicates (after normalising) are kept once.
-func (f *object) AllowedTargets(name string) []string {
+func (f *Fields) AllowedTargets(name string) []string {
 	raw, ok := f.d.fields[name]
 	if !ok || string(raw) == "null" {
 		return nil

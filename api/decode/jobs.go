@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"encoding/json"
@@ -19,11 +19,11 @@ var createJobFields = map[string]bool{
 	"queueUrl": true, "poolCode": true,
 }
 
-// parseCreateJob decodes and validates a create-job request body. It reports
+// CreateJob decodes and validates a create-job request body. It reports
 // every problem at once as a dispatch.EInvalid *dispatch.Error; on success it returns a job in
 // PENDING state without an id. Unknown fields, duplicate keys, wrong types
 // and invalid UTF-8 are all problems.
-func parseCreateJob(body []byte, rules dispatch.JobRules, now time.Time) (*dispatch.Job, error) {
+func CreateJob(body []byte, rules dispatch.JobRules, now time.Time) (*dispatch.Job, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return nil, p.Err()
@@ -31,9 +31,9 @@ func parseCreateJob(body []byte, rules dispatch.JobRules, now time.Time) (*dispa
 	return jobFromFields(fields, p, rules, now)
 }
 
-// parseCreateJobs decodes a batch body {"jobs":[...]} into per-item results:
+// CreateJobs decodes a batch body {"jobs":[...]} into per-item results:
 // jobs[i] is set when items[i] is valid, errs[i] otherwise.
-func parseCreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems int) ([]*dispatch.Job, []error, error) {
+func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems int) ([]*dispatch.Job, []error, error) {
 	fields, p := decodeObject(body)
 	if fields == nil {
 		return nil, nil, p.Err()

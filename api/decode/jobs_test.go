@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"encoding/json"
@@ -88,7 +88,7 @@ func manyHeaders(n int) map[string]string {
 }
 
 func TestParseCreateJobDefaults(t *testing.T) {
-	j, err := parseCreateJob(jobBody(t, nil), strict, testNow)
+	j, err := CreateJob(jobBody(t, nil), strict, testNow)
 	if err != nil {
 		t.Fatalf("minimal job refused: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestParseCreateJobAllFields(t *testing.T) {
 		"expiresAt":          "2025-10-06T00:00:00.250Z",
 		"idempotencyKey":     "order-42-created",
 	})
-	j, err := parseCreateJob(body, strict, testNow)
+	j, err := CreateJob(body, strict, testNow)
 	if err != nil {
 		t.Fatalf("valid job refused: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestParseCreateJobAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := parseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
+			j, err := CreateJob(jobBody(t, tt.set), tt.rules, testNow)
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -301,7 +301,7 @@ func TestParseCreateJobRejectsField(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := jobBody(t, tt.set)
-			j, err := parseCreateJob(body, tt.rules, testNow)
+			j, err := CreateJob(body, tt.rules, testNow)
 			if j != nil || err == nil {
 				t.Fatalf("accepted %s: %+v", body, j)
 			}
@@ -335,7 +335,7 @@ func TestParseCreateJobListsEveryProblem(t *testing.T) {
 		"expiresAt":     "2020-01-01T00:00:00Z",
 		"surprise":      true,
 	})
-	_, err := parseCreateJob(body, strict, testNow)
+	_, err := CreateJob(body, strict, testNow)
 	got := problemFields(t, err)
 	for _, want := range []string{"source", "type", "targetUrl", "payload", "maxRetries", "retryStrategy",
 		"credentialsId", "headers.Host", "headers.X-Bad", "metadata", "metadata.long", "scheduledFor",
@@ -377,7 +377,7 @@ func TestParseCreateJobRejectsBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := parseCreateJob([]byte(tt.body), dispatch.JobRules{AllowHTTP: true}, testNow)
+			j, err := CreateJob([]byte(tt.body), dispatch.JobRules{AllowHTTP: true}, testNow)
 			if j != nil {
 				t.Fatalf("accepted %q: %+v", tt.body, j)
 			}
@@ -392,7 +392,7 @@ func TestParseCreateJobs(t *testing.T) {
 	valid := jobBody(t, nil)
 	invalid := jobBody(t, map[string]any{"maxRetries": 99})
 	body := []byte(`{"jobs":[` + string(valid) + `,` + string(invalid) + `,"not an object",` + string(valid) + `]}`)
-	jobs, errs, err := parseCreateJobs(body, strict, testNow, 100)
+	jobs, errs, err := CreateJobs(body, strict, testNow, 100)
 	if err != nil {
 		t.Fatalf("batch refused as a whole: %v", err)
 	}
@@ -433,7 +433,7 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			jobs, errs, err := parseCreateJobs([]byte(tt.body), strict, testNow, 100)
+			jobs, errs, err := CreateJobs([]byte(tt.body), strict, testNow, 100)
 			if jobs != nil || errs != nil {
 				t.Errorf("per-item results for a refused batch: %v %v", jobs, errs)
 			}
@@ -444,7 +444,7 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 	}
 
 	t.Run("100 jobs", func(t *testing.T) {
-		jobs, errs, err := parseCreateJobs([]byte(`{"jobs":[`+items(100)+`]}`), strict, testNow, 100)
+		jobs, errs, err := CreateJobs([]byte(`{"jobs":[`+items(100)+`]}`), strict, testNow, 100)
 		if err != nil || len(jobs) != 100 {
 			t.Fatalf("got %d jobs, err %v", len(jobs), err)
 		}

@@ -1,4 +1,4 @@
-package api
+package decode_test
 
 import (
 	"errors"
@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/api/decode"
 )
 
 // A create-job body is validated as a whole: every bad field is reported at
 // once, and a valid body gets the defaults filled in.
-func Example_parseCreateJob() {
+func ExampleCreateJob() {
 	now := time.Date(2025, 10, 4, 12, 0, 0, 0, time.UTC)
-	_, err := parseCreateJob([]byte(`{
+	_, err := decode.CreateJob([]byte(`{
 		"source": "orders",
 		"targetUrl": "http://example.com/hook",
 		"payload": "{}",
@@ -25,7 +26,7 @@ func Example_parseCreateJob() {
 		}
 	}
 
-	j, _ := parseCreateJob([]byte(`{"source":"orders","type":"order.created",
+	j, _ := decode.CreateJob([]byte(`{"source":"orders","type":"order.created",
 		"targetUrl":"https://example.com/hook","payload":"{}"}`), dispatch.JobRules{}, now)
 	fmt.Println(j.Status, j.MaxRetries, j.RetryStrategy, j.Protocol, j.PayloadContentType)
 	// Output:

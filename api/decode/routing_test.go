@@ -1,4 +1,4 @@
-package api
+package decode
 
 import (
 	"slices"
@@ -36,7 +36,7 @@ func TestParseCreateJobNamesItsQueueAndPool(t *testing.T) {
 		if tt.poolCode != "" {
 			set["poolCode"] = tt.poolCode
 		}
-		j, err := parseCreateJob(jobBody(t, set), routed(), testNow)
+		j, err := CreateJob(jobBody(t, set), routed(), testNow)
 		if err != nil {
 			t.Fatalf("queueUrl %q, poolCode %q: %v", tt.queueURL, tt.poolCode, err)
 		}
@@ -44,7 +44,7 @@ func TestParseCreateJobNamesItsQueueAndPool(t *testing.T) {
 			t.Errorf("queueUrl %q, poolCode %q: job names queue %q, pool %q; want %q, %q", tt.queueURL, tt.poolCode, j.QueueURL, j.PoolCode, tt.wantQueue, tt.poolCode)
 		}
 	}
-	j, err := parseCreateJob(jobBody(t, nil), routed(), testNow)
+	j, err := CreateJob(jobBody(t, nil), routed(), testNow)
 	if err != nil || j.QueueURL != "" || j.PoolCode != "" {
 		t.Errorf("a job naming neither: %+v, %v; want the defaults (empty)", j, err)
 	}
@@ -70,7 +70,7 @@ func TestParseCreateJobRefusesAnUnknownQueueOrPool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseCreateJob(jobBody(t, tt.set), tt.rules, testNow)
+			_, err := CreateJob(jobBody(t, tt.set), tt.rules, testNow)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -91,20 +91,20 @@ func TestParseCreateJobRefusesAnUnknownQueueOrPool(t *testing.T) {
 // clears them.
 func TestSubscriptionNamesItsJobsQueueAndPool(t *testing.T) {
 	body := `{"name": "n", "url": "https://partner.example/hook", "eventTypes": ["*"], "queueUrl": "slow-partner.fifo", "poolCode": "SLOW"}`
-	sub, _, err := parseSubscription([]byte(body), routed())
+	sub, _, err := Subscription([]byte(body), routed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sub.QueueURL != "slow-partner.fifo" || sub.PoolCode != "SLOW" {
 		t.Errorf("subscription %+v", sub)
 	}
-	if err := patchSubscription([]byte(`{"queueUrl": null, "poolCode": "DISPATCH-POOL"}`), routed(), sub); err != nil {
+	if err := PatchSubscription([]byte(`{"queueUrl": null, "poolCode": "DISPATCH-POOL"}`), routed(), sub); err != nil {
 		t.Fatal(err)
 	}
 	if sub.QueueURL != "" || sub.PoolCode != "DISPATCH-POOL" {
 		t.Errorf("patched: %+v", sub)
 	}
-	err = patchSubscription([]byte(`{"queueUrl": "nope.fifo", "poolCode": "NOPE"}`), routed(), sub)
+	err = PatchSubscription([]byte(`{"queueUrl": "nope.fifo", "poolCode": "NOPE"}`), routed(), sub)
 	if fields := problemFields(t, err); !slices.Equal(fields, []string{"poolCode", "queueUrl"}) && !slices.Equal(fields, []string{"queueUrl", "poolCode"}) {
 		t.Errorf("problems %v, want queueUrl and poolCode", fields)
 	}
