@@ -99,7 +99,7 @@ const (
 	benchStartTimeout    = time.Minute
 	benchStopTimeout     = time.Minute
 	benchCleanupTimeout  = 30 * time.Second
-	benchVisibility      = "60" // seconds, as router.Queue creates queues
+	benchVisibility      = "60" // seconds, as queue.Queue (router/queue) creates queues
 	benchShutdownTimeout = "10s"
 	benchStatsTimeout    = 10 * time.Second // for the service's connections to leave PostgreSQL
 )
