@@ -150,17 +150,17 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 }
 
 // claimManySQL claims the jobs $1 with, per job, the claim time $2, the
-// lease end $3 and the latest due time $4; $5 and $6 are the least and
-// greatest of the ids.
+// lease end $3 and the latest due time $4; {lo} and {hi} are literal
+// bounds of the ids (idBounds).
 var claimManySQL = `
 	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
 		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, send_lease = NULL
 	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.cid AND j.id BETWEEN $5 AND $6 AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
+	WHERE j.id = i.cid AND j.id BETWEEN {lo} AND {hi} AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
 		AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
 		AND (j.group_id IS NULL OR NOT dispatch_live_predecessor(j.group_id, j.seq))
-	RETURNING ` + jobColsIn("j", "$5", "$6")
+	RETURNING ` + jobColsIn("j", "{lo}", "{hi}")
 
 // claimMany is the fast-path statement for a batch of distinct jobs.
 //
@@ -186,10 +186,10 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	// The batch's id range lets PostgreSQL set aside, when the statement
-	// starts, every partition but the ones these jobs are in.
-	lo, hi := slices.Min(ids), slices.Max(ids)
-	rows, err := s.pool.Query(ctx, claimManySQL, ids, nows, untils, dues, lo, hi)
+	// The batch's id range sets aside every partition but the ones these
+	// jobs are in (idBounds).
+	lo, hi := s.idBounds(ids)
+	rows, err := s.pool.Query(ctx, withBounds(claimManySQL, lo, hi), ids, nows, untils, dues)
 	if err != nil {
 		return err
 	}
@@ -208,12 +208,13 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 }
 
 // finishManySQL records a batch of attempts and their jobs' new states:
-// one row of each array per job, $1 the job ids.
+// one row of each array per job, $1 the job ids; {lo} and {hi} are
+// literal bounds of the ids (idBounds).
 var finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
-			$13::timestamptz[], $14::timestamptz[], $17::text[], $18::text[])
+			$13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[])
 			AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
 				attempt_status, response_code, response_body, error_message, status, last_error,
 				next_attempt_at, job_completed_at, request_headers, response_headers)
@@ -237,7 +238,7 @@ var finishManySQL = `
 		claimed_until = NULL, updated_at = i.completed_at
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.job_id AND j.id BETWEEN $15 AND $16
+	WHERE j.id = i.job_id AND j.id BETWEEN {lo} AND {hi}
 		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
 	RETURNING j.id, j.group_id IS NOT NULL AND i.status IN (` + finishedStatuses + `)`
 
@@ -414,9 +415,10 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	// the others are waiting on this statement too.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].req.ctx), 30*time.Second)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, finishManySQL,
+	lo, hi := s.idBounds(jobIDs)
+	rows, err := s.pool.Query(ctx, withBounds(finishManySQL, lo, hi),
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
-		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts, slices.Min(jobIDs), slices.Max(jobIDs),
+		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts,
 		reqHeaders, respHeaders)
 	if err != nil {
 		return err

@@ -12,11 +12,19 @@ import (
 // cache miss's read and its cache write.
 func SetAfterCredentialsRead(s *Store, fn func()) { s.afterCredentialsRead = fn }
 
-// ClaimManySQL is the claim fast path's statement, for EXPLAIN.
-var ClaimManySQL = claimManySQL
+// ClaimManySQL is the claim fast path's statement for a batch of ids, for
+// EXPLAIN.
+func ClaimManySQL(s *Store, ids []int64) string {
+	lo, hi := s.idBounds(ids)
+	return withBounds(claimManySQL, lo, hi)
+}
 
-// ConfirmSentSQL is the send confirmation's statement, for EXPLAIN.
-var ConfirmSentSQL = confirmSentSQL
+// ConfirmSentSQL is the send confirmation's statement for a batch of ids,
+// for EXPLAIN.
+func ConfirmSentSQL(s *Store, ids []int64) string {
+	lo, hi := s.idBounds(ids)
+	return withBounds(confirmSentSQL, lo, hi)
+}
 
 // BrowseSetting reads a setting inside a browse transaction.
 func BrowseSetting(ctx context.Context, s *Store, name string) (string, error) {

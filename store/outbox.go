@@ -51,7 +51,8 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 	// skipped job is being claimed, which ends its lease too, or re-marked;
 	// at worst its lease runs out and the sweep sends a spare pointer,
 	// which the processor drops.
-	_, err := s.pool.Exec(ctx, confirmSentSQL, ids, marks, slices.Min(ids), slices.Max(ids))
+	lo, hi := s.idBounds(ids)
+	_, err := s.pool.Exec(ctx, withBounds(confirmSentSQL, lo, hi), ids, marks)
 	if err != nil {
 		return fmt.Errorf("store: confirm sent jobs: %w", err)
 	}
@@ -59,7 +60,8 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 }
 
 // confirmSentSQL ends the send leases of the jobs $1 still marked with the
-// marks $2 (one per job); $3 and $4 are the least and greatest of the ids.
+// marks $2 (one per job); {lo} and {hi} are literal bounds of the ids
+// (idBounds).
 // The jobs are found by primary key (id = ANY), each compared with its own
 // mark by its place in the arrays, and the batch is an array, not a join:
 // joined with unnest, the generic plan walked every job in the id range
@@ -68,11 +70,11 @@ var confirmSentSQL = `
 	UPDATE dispatch_job SET send_lease = NULL
 	WHERE id = ANY (ARRAY(
 		SELECT l.id FROM dispatch_job l
-		WHERE l.id = ANY ($1::bigint[]) AND l.id BETWEEN $3 AND $4 AND l.send_lease IS NOT NULL
+		WHERE l.id = ANY ($1::bigint[]) AND l.id BETWEEN {lo} AND {hi} AND l.send_lease IS NOT NULL
 			AND l.queued_at = ($2::timestamptz[])[array_position($1::bigint[], l.id)]
 		ORDER BY l.id
 		FOR UPDATE OF l SKIP LOCKED))
-		AND id BETWEEN $3 AND $4`
+		AND id BETWEEN {lo} AND {hi}`
 
 // PublishDue takes up to limit due jobs whose pointer is not on the queue,
 // hands them to send, and returns how many send reports as sent
