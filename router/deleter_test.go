@@ -36,16 +36,7 @@ func TestDeleterDeletesFinishedMessages(t *testing.T) {
 	if _, err := rq.SendBatch(ctx, []queue.Entry{{Body: "m", GroupID: "g", DeduplicationID: "10"}}); err != nil {
 		t.Fatal(err)
 	}
-	var receipts []string
-	for len(receipts) < 11 {
-		msgs, err := rq.Receive(ctx, 10, time.Second, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			receipts = append(receipts, m.Receipt)
-		}
-	}
+	receipts := receiveAll(t, rq, 11)
 	held := func() int {
 		a, err := q.Attributes(ctx)
 		if err != nil {
@@ -104,16 +95,7 @@ func TestDeleterBatchesUngroupedDeletesAtATrickle(t *testing.T) {
 	if _, err := rq.SendBatch(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
-	var receipts []string
-	for len(receipts) < 10 {
-		msgs, err := rq.Receive(ctx, 10, time.Second, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range msgs {
-			receipts = append(receipts, m.Receipt)
-		}
-	}
+	receipts := receiveAll(t, rq, 10)
 
 	d := router.NewDeleter(rq, slog.New(slog.DiscardHandler))
 	runCtx, stop := context.WithCancel(ctx)
@@ -136,4 +118,20 @@ func TestDeleterBatchesUngroupedDeletesAtATrickle(t *testing.T) {
 	if n := deletes.Load(); n > 2 {
 		t.Errorf("ten ungrouped deletes at 50/s took %d DeleteMessageBatch calls, want at most 2", n)
 	}
+}
+
+// receiveAll receives from q until it holds n receipts.
+func receiveAll(t *testing.T, q *queue.Queue, n int) []string {
+	t.Helper()
+	var receipts []string
+	for len(receipts) < n {
+		msgs, err := q.Receive(t.Context(), 10, time.Second, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			receipts = append(receipts, m.Receipt)
+		}
+	}
+	return receipts
 }

@@ -85,26 +85,12 @@ func TestMetadataSearchCanUseTheIndexes(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
 		t.Fatal(err)
 	}
-	var plan string
-	rows, err := tx.Query(ctx, `EXPLAIN SELECT id FROM dispatch_job`+where, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan += line + "\n"
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	plan := planText(t, tx, `EXPLAIN SELECT id FROM dispatch_job`+where, args...)
 	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "_metadata_done") || !strings.Contains(plan, "BitmapOr") {
 		t.Errorf("the metadata search cannot go by the metadata and status indexes:\n%s", plan)
 	}
 
-	rows, err = pool.Query(ctx, `
+	rows, err := pool.Query(ctx, `
 		SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'dispatch_job'::regclass AND NOT EXISTS (
 			SELECT 1 FROM pg_class x JOIN pg_index ix ON ix.indexrelid = x.oid

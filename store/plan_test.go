@@ -612,25 +612,11 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Exec(ctx, `DEALLOCATE ALL`) //nolint:errcheck // the connection goes back clean
-	var plan string
 	lits := make([]string, len(ids))
 	for i, id := range ids {
 		lits[i] = dispatch.FormatID(id)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE claim('{`+strings.Join(lits, ",")+`}', '{}', '{}', '{}')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan += line + "\n"
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	plan := planText(t, tx, `EXPLAIN EXECUTE claim('{`+strings.Join(lits, ",")+`}', '{}', '{}', '{}')`)
 	named := map[string]bool{}
 	for _, f := range strings.Fields(plan) {
 		if partitionName.MatchString(f) {
@@ -640,4 +626,18 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 	if parts < 5 || len(named) != 1 {
 		t.Errorf("of %d partitions, the claim's generic plan names %d (want only its batch's):\n%s", parts, len(named), plan)
 	}
+}
+
+// planText runs an EXPLAIN in tx and returns its text, a line per node.
+func planText(t *testing.T, tx pgx.Tx, explain string, args ...any) string {
+	t.Helper()
+	rows, err := tx.Query(t.Context(), explain, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
