@@ -13,11 +13,12 @@ BENCH  := bin/dispatch-bench
 DEVENV := localstack/devenv.sh
 
 # Stamped into `dispatch version` by `make build` and `make image` (a
-# release sets VERSION=v1.2.3).
+# release sets VERSION=v1.2.3); the variables live in the program's package.
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+APP_PKG    := github.com/dispatchhq/dispatch/cmd/dispatch/internal/app
+LDFLAGS    := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X $(APP_PKG).date=$(BUILD_DATE)
 
 # Settings for `make run` / `make bench`; each can be overridden from the
 # environment or the command line (make run DISPATCH_LOG_FORMAT=json).
@@ -116,7 +117,7 @@ soak: up ## The scale chaos test at full size (100,000 jobs, 2,000 groups) and a
 	@mkdir -p .dev && rm -f .dev/soak-report.txt
 	$(DEV_ENV); $(TEST_ENV) DISPATCH_TEST_REPORT=$(CURDIR)/.dev/soak-report.txt \
 		DISPATCH_TEST_SCALE_JOBS=$(SOAK_JOBS) DISPATCH_TEST_SCALE_GROUPS=$(SOAK_GROUPS) DISPATCH_TEST_BACKLOG_JOBS=$(SOAK_BACKLOG) \
-		go test -count=1 -timeout 80m -run '^(TestScaleChaos|TestBacklogDrain)$$' ./cmd/dispatch
+		go test -count=1 -timeout 80m -run '^(TestScaleChaos|TestBacklogDrain)$$' ./cmd/dispatch/e2e
 	@echo "== soak figures"; cat .dev/soak-report.txt
 
 test/fuzz: ## Short fuzz run: each fuzz target in FUZZ_PKGS for TEST_FUZZTIME (5s)
@@ -165,7 +166,7 @@ fuzz: ## Run each fuzz target in FUZZ_PKGS for FUZZTIME (30s), one at a time
 	done
 
 compose/check: ## Check docker-compose.yml: it parses, publishes on loopback, has what the README's compose section uses
-	go test -count=1 -run '^(TestComposePublishesOnLoopbackOnly|TestREADMEComposeSectionMatchesComposeFile)$$' ./cmd/dispatch
+	go test -count=1 -run '^(TestComposePublishesOnLoopbackOnly|TestREADMEComposeSectionMatchesComposeFile)$$' ./cmd/dispatch/e2e
 	@if python3 -c 'import yaml' 2>/dev/null; then \
 		python3 -c 'import yaml,sys; yaml.safe_load(open(sys.argv[1]))' docker-compose.yml && \
 		echo "docker-compose.yml: valid YAML (PyYAML)"; \

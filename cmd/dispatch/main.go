@@ -1,6 +1,8 @@
 // Command dispatch runs the dispatch webhook delivery service: the API, the
 // message router, both at once, migrations, and a local webhook receiver.
-// See `dispatch help`. The pipeline benchmark is cmd/dispatch-bench.
+// See `dispatch help`. The program is cmd/dispatch/internal/app; its
+// end-to-end suites are cmd/dispatch/e2e. The pipeline benchmark is
+// cmd/dispatch-bench.
 package main
 
 import (
@@ -9,12 +11,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/dispatchhq/dispatch/cmd/dispatch/internal/app"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
+	if err := app.Run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)
 	}
