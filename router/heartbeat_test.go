@@ -93,17 +93,7 @@ func TestHungHeartbeatDoesNotStopWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("router did not stop")
-		}
-	})
+	runUntilCleanup(t, r)
 	t.Cleanup(func() { close(proxy.stop) }) // runs first: unblock the hung call
 
 	b := &bundle{rq: rq}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -55,17 +54,7 @@ func poolRouter(t *testing.T, q *queue.Queue, med router.Mediator, cfg router.Co
 	}
 	srv := httptest.NewServer(r.Handler(nil))
 	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("router did not stop")
-		}
-	})
+	runUntilCleanup(t, r)
 	return r, srv
 }
 
@@ -227,19 +216,11 @@ func TestPoolRateLimitChangesInPlace(t *testing.T) {
 	}
 }
 
+// call is fetch with the answer's body as text.
 func call(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := fetch(t, method, url, token, body)
+	return code, string(b)
 }
 
 // PUT /monitoring/pools/{code} and POST /monitoring/reload change the pools

@@ -90,6 +90,23 @@ func setupOn(t *testing.T, q sqstest.Queue, rq *queue.Queue, concurrency int, fn
 	return b
 }
 
+// runUntilCleanup runs r until the test ends, and fails the test should r
+// not stop within 20 s of it.
+func runUntilCleanup(t *testing.T, r *router.Router) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("router did not stop")
+		}
+	})
+}
+
 func (b *bundle) stop(t *testing.T) {
 	b.cancel()
 	select {
