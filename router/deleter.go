@@ -20,13 +20,13 @@ import (
 // acknowledged again. With nothing pending it sleeps: an idle router does
 // not wake for it.
 type deleter struct {
-	q      *queue.Queue
-	log    *slog.Logger
-	mu     sync.Mutex
-	pend   []string
-	due    time.Time     // when the pending receipts must go, at the latest
-	kick   chan struct{} // due moved earlier, or ten receipts wait
-	linger [2]time.Duration
+	q    *queue.Queue
+	log  *slog.Logger
+	mu   sync.Mutex
+	pend []string
+	due  time.Time     // when the pending receipts must go, at the latest
+	kick chan struct{} // due moved earlier, or ten receipts wait
+	lazy time.Duration // how long an ungrouped receipt may wait
 }
 
 const (
@@ -35,7 +35,7 @@ const (
 )
 
 func newDeleter(q *queue.Queue, log *slog.Logger) *deleter {
-	return &deleter{q: q, log: log, kick: make(chan struct{}, 1), linger: [2]time.Duration{ungroupedLinger, groupedLinger}}
+	return &deleter{q: q, log: log, kick: make(chan struct{}, 1), lazy: ungroupedLinger}
 }
 
 // setVisibility tells the deleter how long its queue's messages stay
@@ -43,7 +43,7 @@ func newDeleter(q *queue.Queue, log *slog.Logger) *deleter {
 // most, so that the message is gone well before it would come back.
 func (d *deleter) setVisibility(vis time.Duration) {
 	d.mu.Lock()
-	d.linger[0] = max(min(ungroupedLinger, vis/4), groupedLinger)
+	d.lazy = max(min(ungroupedLinger, vis/4), groupedLinger)
 	d.mu.Unlock()
 }
 
@@ -51,9 +51,9 @@ func (d *deleter) setVisibility(vis time.Duration) {
 // messages of its FIFO group wait behind it.
 func (d *deleter) add(receipt string, grouped bool) {
 	d.mu.Lock()
-	due := time.Now().Add(d.linger[0])
+	due := time.Now().Add(d.lazy)
 	if grouped {
-		due = time.Now().Add(d.linger[1])
+		due = time.Now().Add(groupedLinger)
 	}
 	d.pend = append(d.pend, receipt)
 	wake := len(d.pend) >= 10
