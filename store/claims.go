@@ -151,13 +151,17 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 
 // claimManySQL claims the jobs $1 with, per job, the claim time $2, the
 // lease end $3 and the latest due time $4; {lo} and {hi} are literal
-// bounds of the ids (idBounds).
+// bounds of the ids (idBounds), which set aside the other partitions when
+// the statement is planned, and $5 and $6 their least and greatest, which
+// set aside the rest of the interval's when it runs (with the literal
+// bounds alone, claims and finishes on a new database took half as long
+// again).
 var claimManySQL = `
 	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
 		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, send_lease = NULL
 	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.cid AND j.id BETWEEN {lo} AND {hi} AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
+	WHERE j.id = i.cid AND j.id BETWEEN {lo} AND {hi} AND j.id BETWEEN $5 AND $6 AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
 		AND (j.expires_at IS NULL OR j.expires_at > i.cnow) AND j.next_attempt_at <= i.cdue
 		AND (j.group_id IS NULL OR NOT dispatch_live_predecessor(j.group_id, j.seq))
 	RETURNING ` + jobColsIn("j", "{lo}", "{hi}")
@@ -189,7 +193,7 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	// The batch's id range sets aside every partition but the ones these
 	// jobs are in (idBounds).
 	lo, hi := s.idBounds(ids)
-	rows, err := s.pool.Query(ctx, withBounds(claimManySQL, lo, hi), ids, nows, untils, dues)
+	rows, err := s.pool.Query(ctx, withBounds(claimManySQL, lo, hi), ids, nows, untils, dues, slices.Min(ids), slices.Max(ids))
 	if err != nil {
 		return err
 	}
@@ -209,7 +213,8 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 
 // finishManySQL records a batch of attempts and their jobs' new states:
 // one row of each array per job, $1 the job ids; {lo} and {hi} are
-// literal bounds of the ids (idBounds).
+// literal bounds of the ids (idBounds), $17 and $18 their least and
+// greatest (see claimManySQL).
 var finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
@@ -238,7 +243,7 @@ var finishManySQL = `
 		claimed_until = NULL, updated_at = i.completed_at
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.
-	WHERE j.id = i.job_id AND j.id BETWEEN {lo} AND {hi}
+	WHERE j.id = i.job_id AND j.id BETWEEN {lo} AND {hi} AND j.id BETWEEN $17 AND $18
 		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
 	RETURNING j.id, j.group_id IS NOT NULL AND i.status IN (` + finishedStatuses + `)`
 
@@ -419,7 +424,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	rows, err := s.pool.Query(ctx, withBounds(finishManySQL, lo, hi),
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
 		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts,
-		reqHeaders, respHeaders)
+		reqHeaders, respHeaders, slices.Min(jobIDs), slices.Max(jobIDs))
 	if err != nil {
 		return err
 	}

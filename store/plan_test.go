@@ -69,7 +69,7 @@ func TestClaimIsPlannedByPrimaryKeyWithStaleStatistics(t *testing.T) {
 	}
 	var plan []byte
 	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimManySQL(st, ids),
-		ids, times(now), times(now.Add(time.Minute)), times(now.Add(time.Second))).Scan(&plan); err != nil {
+		ids, times(now), times(now.Add(time.Minute)), times(now.Add(time.Second)), slices.Min(ids), slices.Max(ids)).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	// Each partition holding jobs is read by its primary key. (An empty
@@ -607,7 +607,7 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // EXPLAIN only
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan; PREPARE claim(bigint[], timestamptz[], timestamptz[], timestamptz[]) AS `+
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan; PREPARE claim(bigint[], timestamptz[], timestamptz[], timestamptz[], bigint, bigint) AS `+
 		store.ClaimManySQL(st, ids)); err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,8 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 	for i, id := range ids {
 		lits[i] = dispatch.FormatID(id)
 	}
-	plan := planText(t, tx, `EXPLAIN EXECUTE claim('{`+strings.Join(lits, ",")+`}', '{}', '{}', '{}')`)
+	plan := planText(t, tx, fmt.Sprintf(`EXPLAIN EXECUTE claim('{%s}', '{}', '{}', '{}', %d, %d)`,
+		strings.Join(lits, ","), slices.Min(ids), slices.Max(ids)))
 	named := map[string]bool{}
 	for _, f := range strings.Fields(plan) {
 		if partitionName.MatchString(f) {
