@@ -29,6 +29,12 @@ type Claim struct {
 	State ClaimState
 	Job   Job
 	Until time.Time // for ClaimBusy, ClaimNotDue, ClaimBlocked
+	// Deferred: the claim is not written yet. The job was created and
+	// handed to the queue by this process a moment ago, so the store knows
+	// its state without asking; the attempt's record writes the claim with
+	// the outcome (Transition.ClaimDeferred), unless the caller writes it
+	// first (RecordClaim) because the delivery runs long.
+	Deferred bool
 }
 
 // Transition is the state an attempt leads its job to.
@@ -36,6 +42,10 @@ type Transition struct {
 	Status        Status // COMPLETED, FAILED or ERROR
 	LastError     string
 	NextAttemptAt time.Time // for FAILED
+	// ClaimDeferred: the attempt's claim was deferred (Claim.Deferred) and
+	// may not be written: the job may still be PENDING at the attempt
+	// before this one, and takes the claim and the outcome together.
+	ClaimDeferred bool
 }
 
 // Unsent is a job whose pointer must go onto the queue.

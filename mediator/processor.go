@@ -8,6 +8,7 @@
 package mediator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 // Store is what the processor needs from the job store.
 type Store interface {
 	ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error)
+	RecordClaim(ctx context.Context, j dispatch.Job) (bool, error)
 	FinishAttempt(ctx context.Context, a dispatch.Attempt, t dispatch.Transition) (bool, error)
 	Unclaim(ctx context.Context, j dispatch.Job, next time.Time, reason string) error
 	AcquireSlot(ctx context.Context, subscriptionID int64, hold time.Duration) (int, bool, time.Time, error)
@@ -44,8 +46,10 @@ type Processor struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	rateWait time.Duration
-	now      func() time.Time
-	tracer   *tracing.Tracer
+	// claimAfter: see ProcessorConfig.ClaimAfter.
+	claimAfter time.Duration
+	now        func() time.Time
+	tracer     *tracing.Tracer
 
 	traceContext func(ctx context.Context, id int64) (string, error)
 
@@ -63,6 +67,11 @@ type ProcessorConfig struct {
 	// RateWait is how long a delivery may wait for its subscription's next
 	// rate-limit slot before it is sent back to the queue (default 1s).
 	RateWait time.Duration
+	// ClaimAfter is how long a delivery runs on a deferred claim
+	// (dispatch.Claim.Deferred) before the claim is written, so that a
+	// slow delivery shows IN_PROGRESS and holds its lease like any other
+	// (default 1s; a quicker one's claim is written with its outcome).
+	ClaimAfter time.Duration
 	// Tracer records the claim and the attempt's record as spans of the
 	// job's trace (nil: tracing off); the Sender records the request.
 	Tracer *tracing.Tracer
@@ -88,7 +97,7 @@ func NewProcessor(store Store, cfg ProcessorConfig) *Processor {
 	return &Processor{
 		store: store, sender: cfg.Sender, breakers: cfg.Breakers, backoff: cfg.Backoff,
 		timeout: cfg.DeliveryTimeout, log: cfg.Logger.With("component", "processor"),
-		metrics: cfg.Metrics, rateWait: cfg.RateWait, now: time.Now,
+		metrics: cfg.Metrics, rateWait: cfg.RateWait, claimAfter: cmp.Or(cfg.ClaimAfter, time.Second), now: time.Now,
 		tracer: cfg.Tracer, traceContext: cfg.TraceContext, exhausted: cfg.Exhausted,
 	}
 }
@@ -138,7 +147,11 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 		// later, behind its group): acknowledge this copy.
 		return dispatch.Decision{Done: true, Reason: "an earlier job of its group is unfinished; pointer re-queued behind it"}, nil
 	}
-	return p.deliver(ctx, log, c.Job)
+	var dc *deferredClaim
+	if c.Deferred {
+		dc = p.deferClaim(ctx, log, c.Job)
+	}
+	return p.deliver(ctx, log, c.Job, dc)
 }
 
 func retryAt(until, now time.Time, reason string) dispatch.Decision {
@@ -149,13 +162,13 @@ func clampDelay(d time.Duration) time.Duration {
 	return min(max(d, 0), dispatch.MaxVisibilityDelay)
 }
 
-func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job) (dispatch.Decision, error) {
+func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim) (dispatch.Decision, error) {
 	log = log.With("attempt", j.AttemptCount)
 	if p.tracer.Enabled() {
 		ctx = p.traced(ctx, &j)
 	}
 	if j.SubscriptionID != 0 {
-		slot, d, held, err := p.pace(ctx, log, j)
+		slot, d, held, err := p.pace(ctx, log, j, dc)
 		if held || err != nil {
 			return d, err
 		}
@@ -171,19 +184,19 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 		switch {
 		case dispatch.ErrorCode(err) == dispatch.ENotFound:
 			now := p.now().UTC()
-			return p.record(ctx, log, j, Delivery{
+			return p.record(ctx, log, j, dc, Delivery{
 				Status: dispatch.AttemptFailure, StartedAt: now, CompletedAt: now,
 				Err: fmt.Sprintf("credentials %d no longer exist (deleted?); the job cannot be signed", j.CredentialsID),
 			})
 		case err != nil:
-			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "credentials unavailable")
+			p.unclaim(ctx, log, j, dc, p.now().Add(p.backoff.Base), "credentials unavailable")
 			return dispatch.Decision{}, fmt.Errorf("credentials %d: %w", j.CredentialsID, err)
 		}
 		if !c.Allows(j.TargetURL) {
 			// An admin narrowed the credentials' allowedTargets after the
 			// job was created: it is not sent with them, and not retried.
 			now := p.now().UTC()
-			return p.record(ctx, log, j, Delivery{
+			return p.record(ctx, log, j, dc, Delivery{
 				Status: dispatch.AttemptBlocked, StartedAt: now, CompletedAt: now, Err: notAllowed(c, j.TargetURL),
 			})
 		}
@@ -196,13 +209,13 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 	done, wait, ok := p.breakers.Allow(host)
 	if !ok {
 		next := p.now().Add(wait)
-		p.unclaim(ctx, log, j, next, fmt.Sprintf("circuit breaker open for %s; not attempted", host))
+		p.unclaim(ctx, log, j, dc, next, fmt.Sprintf("circuit breaker open for %s; not attempted", host))
 		p.metrics.breakerRejected.Inc()
 		return dispatch.Decision{RetryAfter: clampDelay(wait), Reason: "circuit breaker open for " + host}, nil
 	}
 	d := p.sender.Send(ctx, &j, creds)
 	done(d.Retryable)
-	return p.record(ctx, log, j, d)
+	return p.record(ctx, log, j, dc, d)
 }
 
 // pace holds a subscription's deliveries to its rateLimitPerSecond, shared
@@ -210,12 +223,12 @@ func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Jo
 // a slot, or gives the claim back without spending an attempt (like an open
 // breaker) and asks for the message again when a slot is due to be free.
 // The slot is released after the attempt (deliver's defer).
-func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) (int, dispatch.Decision, bool, error) {
+func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim) (int, dispatch.Decision, bool, error) {
 	start := p.now()
 	for {
 		slot, ok, until, err := p.store.AcquireSlot(ctx, j.SubscriptionID, p.lease())
 		if err != nil {
-			p.unclaim(ctx, log, j, p.now().Add(p.backoff.Base), "rate limit unavailable")
+			p.unclaim(ctx, log, j, dc, p.now().Add(p.backoff.Base), "rate limit unavailable")
 			return 0, dispatch.Decision{}, true, err
 		}
 		if ok {
@@ -224,7 +237,7 @@ func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) 
 		now := p.now()
 		if until.Sub(start) > p.rateWait {
 			reason := fmt.Sprintf("rate limit of subscription %d reached; not attempted", j.SubscriptionID)
-			p.unclaim(ctx, log, j, until, reason)
+			p.unclaim(ctx, log, j, dc, until, reason)
 			p.metrics.rateLimited.Inc()
 			return 0, retryAt(until, now, reason), true, nil
 		}
@@ -238,7 +251,8 @@ func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job) 
 	}
 }
 
-func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, next time.Time, reason string) {
+func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim, next time.Time, reason string) {
+	dc.write(ctx) // a claim given back is written first, to be given back the usual way
 	if err := p.store.Unclaim(ctx, j, next, reason); err != nil {
 		log.Error("cannot give back the claim; it expires by itself", "err", err)
 	}
@@ -246,7 +260,7 @@ func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Jo
 
 // record writes the attempt and the job's transition, retrying briefly if
 // the database blips, then answers.
-func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job, d Delivery) (dispatch.Decision, error) {
+func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim, d Delivery) (dispatch.Decision, error) {
 	a := dispatch.Attempt{
 		JobID: j.ID, AttemptNumber: j.AttemptCount, AttemptedAt: d.StartedAt, CompletedAt: d.CompletedAt,
 		Status: d.Status, ResponseCode: d.Code, ResponseBody: d.Body, ErrorMessage: d.Err,
@@ -275,6 +289,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		res = dispatch.Decision{Done: true}
 	}
 	res.JobStatus = t.Status
+	t.ClaimDeferred = dc.settle()
 	if t.NextAttemptAt.IsZero() {
 		t.NextAttemptAt = d.CompletedAt
 	}

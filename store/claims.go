@@ -21,7 +21,13 @@ import (
 // job of its group is unfinished, so a group is never reordered whatever
 // order the queue hands pointers out in. A stale claim's lost attempt is
 // recorded as TIMEOUT, since its outcome is unknown.
+//
+// A job this store handed to the queue a moment ago is claimed in memory
+// (Claim.Deferred; see fresh.go).
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
+	if j, ok := s.fresh.claim(id, now, lease); ok {
+		return dispatch.Claim{State: dispatch.Claimed, Job: j, Deferred: true}, nil
+	}
 	// Fast path, one statement shared with the claims arriving at the same
 	// time (group commit): a due PENDING/FAILED job with attempts left, not
 	// expired, and no unfinished earlier job in its group.
@@ -108,6 +114,23 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	return c, nil
+}
+
+// RecordClaim writes a deferred claim (Claim.Deferred) of j, as ClaimJob
+// returned it: the job goes from PENDING to IN_PROGRESS under the claim's
+// lease. It reports false when the job had moved on meanwhile (cancelled,
+// or claimed through another copy of its pointer).
+func (s *Store) RecordClaim(ctx context.Context, j dispatch.Job) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = $2,
+			last_attempt_at = $3, claimed_until = $4, updated_at = $3, send_lease = NULL
+		WHERE id = $1 AND status = 'PENDING' AND attempt_count = $2 - 1`,
+		j.ID, j.AttemptCount, j.LastAttemptAt, j.ClaimedUntil)
+	if err != nil {
+		return false, fmt.Errorf("store: record claim of job %d: %w", j.ID, err)
+	}
+	s.fresh.release(j.ID)
+	return tag.RowsAffected() == 1, nil
 }
 
 type claimReq struct {
@@ -214,15 +237,17 @@ func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 // finishManySQL records a batch of attempts and their jobs' new states:
 // one row of each array per job, $1 the job ids; {lo} and {hi} are
 // literal bounds of the ids (idBounds), $17 and $18 their least and
-// greatest (see claimManySQL).
+// greatest (see claimManySQL); $19 whether each attempt's claim was
+// deferred (dispatch.Claim.Deferred): such a job may still be PENDING at
+// the attempt before, and takes the claim here with the outcome.
 var finishManySQL = `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
-			$13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[])
+			$13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[], $19::bool[])
 			AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
 				attempt_status, response_code, response_body, error_message, status, last_error,
-				next_attempt_at, job_completed_at, request_headers, response_headers)
+				next_attempt_at, job_completed_at, request_headers, response_headers, claim_deferred)
 	), attempt AS (
 		INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
 			duration_millis, status, response_code, response_body, error_message,
@@ -240,11 +265,15 @@ var finishManySQL = `
 		next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),
 		completed_at = i.job_completed_at,
 		duration_millis = (extract(epoch FROM (i.job_completed_at - j.created_at)) * 1000)::bigint,
-		claimed_until = NULL, updated_at = i.completed_at
+		claimed_until = NULL, updated_at = i.completed_at,
+		-- A deferred claim's job takes the claim here, with the outcome.
+		attempt_count = i.attempt_number, send_lease = NULL,
+		last_attempt_at = CASE WHEN j.attempt_count < i.attempt_number THEN i.attempted_at ELSE j.last_attempt_at END
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.
 	WHERE j.id = i.job_id AND j.id BETWEEN {lo} AND {hi} AND j.id BETWEEN $17 AND $18
-		AND (j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+		AND ((j.status || '') = 'IN_PROGRESS' AND j.attempt_count = i.attempt_number
+			OR i.claim_deferred AND (j.status || '') = 'PENDING' AND j.attempt_count = i.attempt_number - 1)
 	RETURNING j.id, j.group_id IS NOT NULL AND i.status IN (` + finishedStatuses + `)`
 
 // headersJSON is an attempt's headers as the JSON text of a jsonb column
@@ -394,6 +423,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 		nextAts, attemptedAts, completedAts = make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		jobCompletedAts                     = make([]*time.Time, n)
 		reqHeaders, respHeaders             = make([]*string, n), make([]*string, n)
+		deferred                            = make([]bool, n)
 	)
 	for i, p := range batch {
 		a, o := p.req.a, p.req.o
@@ -415,6 +445,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 			jobCompletedAts[i] = &t
 		}
 		reqHeaders[i], respHeaders[i] = headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
+		deferred[i] = o.ClaimDeferred
 	}
 	// The leader's context carries the batch, without its cancellation:
 	// the others are waiting on this statement too.
@@ -424,7 +455,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	rows, err := s.pool.Query(ctx, withBounds(finishManySQL, lo, hi),
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
 		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts,
-		reqHeaders, respHeaders, slices.Min(jobIDs), slices.Max(jobIDs))
+		reqHeaders, respHeaders, slices.Min(jobIDs), slices.Max(jobIDs), deferred)
 	if err != nil {
 		return err
 	}
@@ -441,6 +472,9 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	}
 	for _, p := range batch {
 		p.res = slices.Contains(applied, p.req.a.JobID)
+		if p.req.o.ClaimDeferred {
+			s.fresh.release(p.req.a.JobID)
+		}
 	}
 	if advanced {
 		s.notify()

@@ -321,6 +321,17 @@ func (s *Store) insertAndHand(ctx context.Context, q querier, jobs []*dispatch.J
 			if !committed {
 				us = nil
 			}
+			// Remembered before the hand-off, which may bring the
+			// pointer back at once.
+			if len(us) > 0 {
+				handed := make([]dispatch.Job, 0, len(us))
+				for i, j := range out {
+					if created[i] && j.QueuedAt != nil {
+						handed = append(handed, j)
+					}
+				}
+				s.fresh.put(handed, time.Now())
+			}
 			s.handoff.Hand(us, len(jobs))
 		}
 		if committed && unsent {
@@ -573,6 +584,9 @@ func (s *Store) ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attem
 // CancelJob moves a PENDING or FAILED job to CANCELLED. A job in progress
 // or already terminal is a conflict.
 func (s *Store) CancelJob(ctx context.Context, id int64) (dispatch.Job, error) {
+	if s.fresh.cancel(id, time.Now()) {
+		return dispatch.Job{}, dispatch.Errorf(dispatch.EConflict, "job %d is %s and cannot be cancelled", id, dispatch.StatusInProgress)
+	}
 	j, err := scanJob(s.pool.QueryRow(ctx, `
 		UPDATE dispatch_job SET status = 'CANCELLED', updated_at = now(), completed_at = now(),
 			last_error = 'cancelled', claimed_until = NULL

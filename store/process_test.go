@@ -28,6 +28,7 @@ func claim(t *testing.T, st *store.Store, id int64, now time.Time, want dispatch
 func finish(t *testing.T, st *store.Store, id int64, now time.Time, as dispatch.AttemptStatus, code int, tr dispatch.Transition) dispatch.Job {
 	t.Helper()
 	c := claim(t, st, id, now, dispatch.Claimed)
+	tr.ClaimDeferred = c.Deferred
 	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
 		JobID: id, AttemptNumber: c.Job.AttemptCount, AttemptedAt: now, CompletedAt: now.Add(20 * time.Millisecond),
 		Status: as, ResponseCode: code,

@@ -92,6 +92,8 @@ type Store struct {
 	claims   groupCommit[claimReq, claimRes]   // ClaimJob's fast path, likewise
 	creates  groupCommit[createReq, createRes] // CreateJob's insert, likewise
 
+	fresh freshJobs // jobs handed over a moment ago: their claims are deferred
+
 	handoff Handoff // nil: every new job goes through the outbox query
 
 	idMu sync.Mutex // pairs a create statement's time with its ids

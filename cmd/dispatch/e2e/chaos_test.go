@@ -712,6 +712,11 @@ func TestAPIKilledMidDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("delivery never started")
 	}
+	// The job was created by this API a moment ago, so its claim is
+	// deferred (written with the outcome) until the delivery has run for
+	// a second (docs/decisions/commits-per-delivery.md): the slow request
+	// shows IN_PROGRESS once it is written.
+	in.waitStatus(j.ID, 20*time.Second, "IN_PROGRESS")
 	api1.kill() // SIGKILL while the webhook request is open: its outcome is never recorded
 	spawn(t, "api", apiEnv)
 	// The router retries the pointer; the new API waits out the dead claim,

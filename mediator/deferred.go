@@ -1,0 +1,76 @@
+package mediator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// deferredClaim is an attempt's claim the store has not written
+// (dispatch.Claim.Deferred: the job was created here a moment ago). A quick
+// delivery's claim is written with its outcome, in the record's one
+// statement; a timer writes it once the delivery has run for claimAfter,
+// so that a slow one shows IN_PROGRESS and holds its lease like any other.
+// Its methods are no-ops on nil (a claim ClaimJob wrote).
+type deferredClaim struct {
+	p     *Processor
+	log   *slog.Logger
+	job   dispatch.Job
+	timer *time.Timer
+
+	mu      sync.Mutex // held while the claim is written
+	settled bool       // written, or left to the record
+	decided bool       // the record need not write the claim: written, or the job moved on
+}
+
+// deferClaim starts the timer that writes c's claim if the delivery runs
+// long.
+func (p *Processor) deferClaim(ctx context.Context, log *slog.Logger, j dispatch.Job) *deferredClaim {
+	dc := &deferredClaim{p: p, log: log, job: j}
+	ctx = context.WithoutCancel(ctx)
+	dc.timer = time.AfterFunc(p.claimAfter, func() { dc.write(ctx) })
+	return dc
+}
+
+// write writes the claim now, unless it was written or settled already.
+func (dc *deferredClaim) write(ctx context.Context) {
+	if dc == nil {
+		return
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.settled {
+		return
+	}
+	dc.settled = true
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	held, err := dc.p.store.RecordClaim(wctx, dc.job)
+	switch {
+	case err != nil:
+		// Perhaps written: the record accepts the job in either state.
+		dc.log.Warn("cannot write the claim of a delivery running long; its outcome will write it", "err", err)
+	case !held:
+		dc.decided = true
+		dc.log.Warn("the job moved on during its delivery (cancelled, or claimed through another copy of its pointer)")
+	default:
+		dc.decided = true
+	}
+}
+
+// settle stops the timer, waits for a write it started, and reports
+// whether the claim may still be unwritten: the record then writes it
+// (dispatch.Transition.ClaimDeferred).
+func (dc *deferredClaim) settle() bool {
+	if dc == nil {
+		return false
+	}
+	dc.timer.Stop()
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	dc.settled = true
+	return !dc.decided
+}

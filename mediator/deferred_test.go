@@ -1,0 +1,139 @@
+package mediator_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/mediator"
+)
+
+// keptHandoff takes every new job's pointer and drops it, as if sent: the
+// store then claims those jobs in memory when their pointers come back
+// (dispatch.Claim.Deferred).
+type keptHandoff struct{}
+
+func (keptHandoff) Reserve(int) bool            { return true }
+func (keptHandoff) Hand([]dispatch.Unsent, int) {}
+func (keptHandoff) Notify()                     {}
+
+// setupHanded is setupProcessor whose store hands its new jobs over.
+func setupHanded(t *testing.T, cfg mediator.ProcessorConfig) procSetup {
+	t.Helper()
+	s := setupProcessor(t, cfg)
+	s.store.HandOffTo(keptHandoff{})
+	return s
+}
+
+// A quick delivery of a job created here a moment ago writes nothing
+// before the request: the target is called while the job is still PENDING
+// with no attempt, and the record leaves it COMPLETED with its attempt.
+func TestQuickDeliveryWritesItsClaimWithItsOutcome(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{ClaimAfter: time.Minute})
+	var seen []dispatch.Job
+	var mu sync.Mutex
+	var id int64
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		j, err := s.store.GetJob(r.Context(), id)
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		seen = append(seen, j)
+		mu.Unlock()
+	})
+	id = s.createJob(t, tg.URL, nil).ID
+
+	if d := s.process(t, id); !d.Done || d.JobStatus != dispatch.StatusCompleted {
+		t.Fatalf("decision %+v; want Done, COMPLETED", d)
+	}
+	if len(seen) != 1 || seen[0].Status != dispatch.StatusPending || seen[0].AttemptCount != 0 {
+		t.Fatalf("during the request the job was %+v; want one request, the job still PENDING with no attempt", seen)
+	}
+	got := s.job(t, id)
+	if got.Status != dispatch.StatusCompleted || got.AttemptCount != 1 || got.LastAttemptAt == nil || got.ClaimedUntil != nil {
+		t.Errorf("job %s attempt %d last attempt %v claim %v; want COMPLETED, attempt 1, no claim", got.Status, got.AttemptCount, got.LastAttemptAt, got.ClaimedUntil)
+	}
+	if as := s.attempts(t, id); len(as) != 1 || as[0].AttemptNumber != 1 || as[0].Status != dispatch.AttemptSuccess {
+		t.Errorf("attempts %+v, want one successful attempt 1", as)
+	}
+	// The same pointer again: the job is finished, no second request.
+	if d := s.process(t, id); !d.Done {
+		t.Errorf("duplicate pointer: decision %+v; want Done", d)
+	}
+	if n := tg.hits.Load(); n != 1 {
+		t.Errorf("target received %d requests, want 1", n)
+	}
+}
+
+// A delivery running past ClaimAfter writes its claim while it runs: the
+// console shows the job IN_PROGRESS under its lease, a cancel is refused,
+// and the outcome is recorded as for any claim.
+func TestSlowDeliveryWritesItsClaimWhileRunning(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{ClaimAfter: 20 * time.Millisecond})
+	release := make(chan struct{})
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) { <-release })
+	j := s.createJob(t, tg.URL, nil)
+
+	done := make(chan dispatch.Decision, 1)
+	go func() {
+		d, err := s.proc.Process(context.Background(), dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	tg.next(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for got := s.job(t, j.ID); got.Status != dispatch.StatusInProgress || got.AttemptCount != 1 || got.ClaimedUntil == nil; got = s.job(t, j.ID) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("a delivery held for 10s left the job %s attempt %d; want IN_PROGRESS attempt 1 under a lease", got.Status, got.AttemptCount)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := s.store.CancelJob(context.Background(), j.ID); dispatch.ErrorCode(err) != dispatch.EConflict {
+		t.Errorf("cancel during the delivery: %v, want a conflict", err)
+	}
+	close(release)
+	if d := <-done; !d.Done || d.JobStatus != dispatch.StatusCompleted {
+		t.Errorf("decision %+v; want Done, COMPLETED", d)
+	}
+	if got := s.job(t, j.ID); got.Status != dispatch.StatusCompleted || got.AttemptCount != 1 || got.ClaimedUntil != nil {
+		t.Errorf("job %s attempt %d claim %v; want COMPLETED, attempt 1, no claim", got.Status, got.AttemptCount, got.ClaimedUntil)
+	}
+}
+
+// A deferred claim given back (the host's breaker is open) is given back
+// as any: FAILED, no attempt spent, no claim, due when the breaker allows.
+func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{Breakers: mediator.NewBreakers(1, time.Minute), ClaimAfter: time.Minute})
+	tg := statusTarget(t, 500)
+	first := s.createJob(t, tg.URL, nil)
+	second := s.createJob(t, tg.URL, nil)
+
+	if d := s.process(t, first.ID); d.Done {
+		t.Fatalf("first job: decision %+v; want a retry", d)
+	}
+	if got := s.job(t, first.ID); got.Status != dispatch.StatusFailed || got.AttemptCount != 1 {
+		t.Errorf("first job %s attempt %d; want FAILED after attempt 1", got.Status, got.AttemptCount)
+	}
+	d := s.process(t, second.ID)
+	if d.Done || !strings.Contains(d.Reason, "circuit breaker") {
+		t.Errorf("decision %+v; want a retry because the breaker is open", d)
+	}
+	got := s.job(t, second.ID)
+	if got.Status != dispatch.StatusFailed || got.AttemptCount != 0 || got.ClaimedUntil != nil || got.NextAttemptAt == nil || !got.NextAttemptAt.After(time.Now()) {
+		t.Errorf("job %s attempt %d claim %v next %v; want FAILED, no attempt spent, no claim, due later", got.Status, got.AttemptCount, got.ClaimedUntil, got.NextAttemptAt)
+	}
+	if n := tg.hits.Load(); n != 1 {
+		t.Errorf("target received %d requests, want 1", n)
+	}
+}

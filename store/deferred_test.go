@@ -1,0 +1,174 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// deferred creates a job handed over (so the store remembers it) and
+// claims it, which must come back deferred: nothing written yet.
+func deferred(t *testing.T, st *store.Store, mods ...func(*dispatch.Job)) dispatch.Claim {
+	t.Helper()
+	j := createJob(t, st, mods...)
+	c := claim(t, st, j.ID, now(), dispatch.Claimed)
+	if !c.Deferred {
+		t.Fatalf("claim of job %d created and handed over here a moment ago is not deferred", j.ID)
+	}
+	if c.Job.Status != dispatch.StatusInProgress || c.Job.AttemptCount != 1 || c.Job.ClaimedUntil == nil {
+		t.Fatalf("deferred claim returns the job %s attempt %d, want IN_PROGRESS attempt 1 under a lease", c.Job.Status, c.Job.AttemptCount)
+	}
+	if got := getJob(t, st, j.ID); got.Status != dispatch.StatusPending || got.AttemptCount != 0 {
+		t.Fatalf("deferred claim wrote the job: %s attempt %d, want it still PENDING with no attempt", got.Status, got.AttemptCount)
+	}
+	return c
+}
+
+// record records the claim's attempt as tr, which must apply as want.
+func record(t *testing.T, st *store.Store, c dispatch.Claim, tr dispatch.Transition, want bool) {
+	t.Helper()
+	at := *c.Job.LastAttemptAt
+	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
+		JobID: c.Job.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: at, CompletedAt: at.Add(5 * time.Millisecond),
+		Status: dispatch.AttemptSuccess, ResponseCode: 200,
+	}, tr)
+	if err != nil || applied != want {
+		t.Fatalf("FinishAttempt(job %d): applied %v (%v), want %v", c.Job.ID, applied, err, want)
+	}
+}
+
+// A job created and handed over here is claimed without a statement, and
+// the attempt's record writes the claim and the outcome together: the job
+// ends as if claimed and finished, with its attempt.
+func TestDeferredClaimIsWrittenWithTheOutcome(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	c := deferred(t, st)
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted, ClaimDeferred: true}, true)
+	got := getJob(t, st, c.Job.ID)
+	if got.Status != dispatch.StatusCompleted || got.AttemptCount != 1 || got.LastAttemptAt == nil ||
+		!got.LastAttemptAt.Equal(*c.Job.LastAttemptAt) || got.CompletedAt == nil {
+		t.Errorf("after the record: %s, attempt %d, last attempt %v, completed %v; want COMPLETED, attempt 1 at %v",
+			got.Status, got.AttemptCount, got.LastAttemptAt, got.CompletedAt, c.Job.LastAttemptAt)
+	}
+	as, err := st.ListAttempts(t.Context(), c.Job.ID)
+	if err != nil || len(as) != 1 || as[0].AttemptNumber != 1 || as[0].Status != dispatch.AttemptSuccess {
+		t.Errorf("attempts %+v (%v), want one successful attempt 1", as, err)
+	}
+	// The pointer's send lease ended with it: the sweep sends nothing.
+	if _, requeued, err := st.Sweep(t.Context(), now().Add(2*store.DefaultSendLease), 15*time.Minute); err != nil || requeued != 0 {
+		t.Errorf("sweep requeued %d (%v) after a deferred claim's record, want 0", requeued, err)
+	}
+
+	// A retry leaves the job FAILED, due at its next attempt, with the
+	// claim written: the next pointer is claimed from the database.
+	c = deferred(t, st)
+	next := now().Add(time.Hour)
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: next, ClaimDeferred: true}, true)
+	if got := getJob(t, st, c.Job.ID); got.Status != dispatch.StatusFailed || got.AttemptCount != 1 || got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(next) {
+		t.Errorf("after a failed attempt: %s attempt %d next %v, want FAILED attempt 1 next %v", got.Status, got.AttemptCount, got.NextAttemptAt, next)
+	}
+	if c2 := claim(t, st, c.Job.ID, next, dispatch.Claimed); c2.Deferred || c2.Job.AttemptCount != 2 {
+		t.Errorf("the retry's claim: deferred %v, attempt %d; want written, attempt 2", c2.Deferred, c2.Job.AttemptCount)
+	}
+}
+
+// A delivery running long writes its deferred claim (RecordClaim): the job
+// shows IN_PROGRESS under its lease, and the record then finishes it the
+// usual way.
+func TestRecordClaimWritesADeferredClaim(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	c := deferred(t, st)
+	held, err := st.RecordClaim(t.Context(), c.Job)
+	if err != nil || !held {
+		t.Fatalf("RecordClaim: held %v (%v), want true", held, err)
+	}
+	got := getJob(t, st, c.Job.ID)
+	if got.Status != dispatch.StatusInProgress || got.AttemptCount != 1 || got.ClaimedUntil == nil || !got.ClaimedUntil.Equal(*c.Job.ClaimedUntil) {
+		t.Fatalf("after RecordClaim: %s attempt %d until %v, want IN_PROGRESS attempt 1 until %v", got.Status, got.AttemptCount, got.ClaimedUntil, c.Job.ClaimedUntil)
+	}
+	// A second copy of its pointer finds it busy.
+	claim(t, st, c.Job.ID, now(), dispatch.ClaimBusy)
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted}, true)
+	if got := getJob(t, st, c.Job.ID); got.Status != dispatch.StatusCompleted || got.AttemptCount != 1 {
+		t.Errorf("after the record: %s attempt %d, want COMPLETED attempt 1", got.Status, got.AttemptCount)
+	}
+	// Written twice, the claim holds once.
+	if held, err := st.RecordClaim(t.Context(), c.Job); err != nil || held {
+		t.Errorf("RecordClaim of a finished job: held %v (%v), want false", held, err)
+	}
+}
+
+// Each job is claimed in memory at most once, and only as the claim
+// statement would take it; everything else is claimed from the database.
+func TestOnlyAFreshDueJobIsClaimedDeferred(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+
+	c := deferred(t, st)
+	// A second copy of the pointer, while the first is delivered.
+	if c2 := claim(t, st, c.Job.ID, now(), dispatch.Claimed); c2.Deferred {
+		t.Error("a second copy of the pointer is claimed in memory too")
+	}
+
+	expired := createJob(t, st, func(j *dispatch.Job) { at := time.Now().Add(time.Minute); j.ExpiresAt = &at })
+	claim(t, st, expired.ID, now().Add(2*time.Minute), dispatch.ClaimTerminal)
+
+	scheduled := createJob(t, st, func(j *dispatch.Job) { at := time.Now().Add(time.Hour); j.ScheduledFor = &at })
+	claim(t, st, scheduled.ID, now(), dispatch.ClaimNotDue)
+
+	grouped := createJob(t, st, withGroup("g"))
+	if c := claim(t, st, grouped.ID, now(), dispatch.Claimed); c.Deferred {
+		t.Error("a grouped job (never handed over) is claimed in memory")
+	}
+
+	// Not handed over (no hand-off): claimed from the database.
+	plain, _ := setup(t)
+	j := createJob(t, plain)
+	if c := claim(t, plain, j.ID, now(), dispatch.Claimed); c.Deferred {
+		t.Error("a job no hand-off took is claimed in memory")
+	}
+}
+
+// A cancel reaching the store during a deferred claim's delivery is refused
+// as for a job IN_PROGRESS; one before the pointer comes back wins, and the
+// pointer then finds the job finished.
+func TestCancelAndDeferredClaims(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+
+	c := deferred(t, st)
+	if _, err := st.CancelJob(t.Context(), c.Job.ID); dispatch.ErrorCode(err) != dispatch.EConflict {
+		t.Fatalf("cancel during a deferred claim's delivery: %v, want a conflict", err)
+	}
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted, ClaimDeferred: true}, true)
+
+	j := createJob(t, st)
+	if _, err := st.CancelJob(t.Context(), j.ID); err != nil {
+		t.Fatalf("cancel before delivery: %v", err)
+	}
+	claim(t, st, j.ID, now(), dispatch.ClaimTerminal)
+}
+
+// A record that finds the job taken meanwhile (through another copy of its
+// pointer, on another replica that did not know it) keeps the attempt and
+// leaves the job to its holder.
+func TestDeferredRecordLeavesAJobFinishedElsewhere(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	other := storeOver(t, pool, newSealer(t, nil, nil))
+	c := deferred(t, st)
+	errorJob(t, other, c.Job.ID, now())
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted, ClaimDeferred: true}, false)
+	if got := getJob(t, st, c.Job.ID); got.Status != dispatch.StatusError {
+		t.Errorf("job %s after a late deferred record, want the holder's ERROR", got.Status)
+	}
+}

@@ -1,0 +1,128 @@
+package store
+
+import (
+	"sync"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// Deferred claims. A job this store created and handed to the queue a
+// moment ago is, when its pointer comes back to this process, in exactly the
+// state it was inserted in unless this store changed it since: PENDING,
+// no attempt, due, ungrouped (grouped jobs are never handed, see
+// insertAndHand). ClaimJob then claims it in memory only (Claim.Deferred):
+// no statement, and the attempt's record writes the claim together with the
+// outcome (Transition.ClaimDeferred), or RecordClaim writes it first for a
+// delivery that runs long. Any other pointer, and any job this store
+// cancelled meanwhile, takes the usual claim. See
+// docs/decisions/deferred-claims.md.
+const (
+	// freshMax bounds the jobs remembered: at a low rate a pointer comes
+	// back within milliseconds, and under a backlog the remembered jobs
+	// would age out unused anyway (the claims there are batched).
+	freshMax = 1024
+	// freshTTL is how long a created job is remembered. Another replica's
+	// cancel of it within that span is not seen here: the cancel and the
+	// delivery race, as a cancel during any delivery does.
+	freshTTL = 2 * time.Second
+	// freshMaxPayload: larger payloads are not held in memory.
+	freshMaxPayload = 64 << 10
+)
+
+// freshJobs remembers the jobs created and handed over here most recently,
+// each claimed at most once, and the deferred claims in flight.
+type freshJobs struct {
+	mu   sync.Mutex
+	jobs map[int64]freshJob
+	ring [freshMax]int64 // ids in the order put, overwritten in turn
+	next int
+	// held: the jobs claimed from here whose claims are not written yet,
+	// with their leases' ends. Cancelling one is refused as cancelling a
+	// job IN_PROGRESS is.
+	held map[int64]time.Time
+}
+
+type freshJob struct {
+	job dispatch.Job
+	at  time.Time
+}
+
+// put remembers committed jobs just handed over, evicting the oldest.
+func (f *freshJobs) put(jobs []dispatch.Job, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.jobs == nil {
+		f.jobs = make(map[int64]freshJob, freshMax)
+		f.held = make(map[int64]time.Time)
+	}
+	for _, j := range jobs {
+		if len(j.Payload) > freshMaxPayload {
+			continue
+		}
+		delete(f.jobs, f.ring[f.next])
+		f.ring[f.next] = j.ID
+		f.next = (f.next + 1) % freshMax
+		f.jobs[j.ID] = freshJob{job: j, at: now}
+	}
+	if len(f.held) > freshMax { // claims whose record never came (the database was down)
+		for id, until := range f.held {
+			if !now.Before(until) {
+				delete(f.held, id)
+			}
+		}
+	}
+}
+
+// claim claims the job with id in memory if it was put within freshTTL
+// and the claim statement would take it, and forgets it either way: a
+// second pointer of the same job claims it the usual way.
+func (f *freshJobs) claim(id int64, now time.Time, lease time.Duration) (dispatch.Job, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.jobs[id]
+	if !ok {
+		return dispatch.Job{}, false
+	}
+	delete(f.jobs, id)
+	if now.Sub(e.at) >= freshTTL {
+		return dispatch.Job{}, false
+	}
+	j, ok := claimFresh(e.job, now, lease)
+	if ok {
+		f.held[id] = *j.ClaimedUntil
+	}
+	return j, ok
+}
+
+// release ends a deferred claim's hold: its claim or record is written.
+func (f *freshJobs) release(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.held, id)
+}
+
+// cancel forgets a job about to be cancelled, and reports whether a
+// deferred claim of it is being delivered.
+func (f *freshJobs) cancel(id int64, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.jobs, id)
+	until, ok := f.held[id]
+	return ok && now.Before(until)
+}
+
+// claimFresh claims j, as inserted a moment ago, in memory: it reports
+// false where the claim statement would have refused it or decided
+// otherwise (expired, not due, grouped, no attempts).
+func claimFresh(j dispatch.Job, now time.Time, lease time.Duration) (dispatch.Job, bool) {
+	due := j.NextAttemptAt == nil || !j.NextAttemptAt.After(now.Add(time.Second))
+	if j.Status != dispatch.StatusPending || j.GroupID != "" || j.AttemptCount >= j.MaxRetries || !due ||
+		(j.ExpiresAt != nil && !now.Before(*j.ExpiresAt)) {
+		return dispatch.Job{}, false
+	}
+	until := now.Add(lease)
+	j.Status, j.AttemptCount = dispatch.StatusInProgress, j.AttemptCount+1
+	j.LastAttemptAt, j.ClaimedUntil, j.UpdatedAt = &now, &until, now
+	return j, true
+}
