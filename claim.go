@@ -46,6 +46,9 @@ type Transition struct {
 	// may not be written: the job may still be PENDING at the attempt
 	// before this one, and takes the claim and the outcome together.
 	ClaimDeferred bool
+	// Grouped: the job is in a group, whose next job waits for this
+	// record; it is written at once, never held to share a transaction.
+	Grouped bool
 }
 
 // Unsent is a job whose pointer must go onto the queue.

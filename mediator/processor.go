@@ -289,7 +289,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		res = dispatch.Decision{Done: true}
 	}
 	res.JobStatus = t.Status
-	t.ClaimDeferred = dc.settle()
+	t.ClaimDeferred, t.Grouped = dc.settle(), j.GroupID != ""
 	if t.NextAttemptAt.IsZero() {
 		t.NextAttemptAt = d.CompletedAt
 	}

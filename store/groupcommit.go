@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // groupCommit runs requests that arrive together as one batch: one
 // statement, one transaction, one round trip for many callers, each of which
@@ -9,9 +12,19 @@ import "sync"
 // runs whatever is pending (itself included); requests that arrive while a
 // batch runs wait, and the first of them leads the next batch. So a lone
 // request runs at once, and under load batches grow by themselves.
+//
+// With linger set, a leader that finds itself alone and may wait (mayWait)
+// waits up to linger for company first, and runs as soon as a request
+// that may not wait arrives or the batch is full: at a low rate, where
+// requests arrive one at a time, several share a transaction at the cost
+// of linger to the ones that can afford it.
 type groupCommit[Req, Res any] struct {
 	max  int                              // largest batch
 	exec func(batch []*pending[Req, Res]) // sets every item's res and err
+
+	linger  time.Duration
+	mayWait func(Req) bool
+	wake    chan struct{} // a lingering leader is to run now
 
 	mu      sync.Mutex
 	queue   []*pending[Req, Res]
@@ -31,6 +44,12 @@ func (g *groupCommit[Req, Res]) do(req Req) (Res, error) {
 	g.mu.Lock()
 	g.queue = append(g.queue, p)
 	if g.running {
+		if g.linger > 0 && (len(g.queue) >= g.max || !g.mayWait(req)) {
+			select {
+			case g.wake <- struct{}{}:
+			default:
+			}
+		}
 		g.mu.Unlock()
 		select {
 		case <-p.done:
@@ -50,6 +69,20 @@ func (g *groupCommit[Req, Res]) do(req Req) (Res, error) {
 // oldest request still waiting, if any.
 func (g *groupCommit[Req, Res]) runBatch() {
 	g.mu.Lock()
+	if g.linger > 0 && len(g.queue) == 1 && g.mayWait(g.queue[0].req) {
+		g.mu.Unlock()
+		t := time.NewTimer(g.linger)
+		select {
+		case <-t.C:
+		case <-g.wake:
+			t.Stop()
+		}
+		g.mu.Lock()
+		select { // a wake-up that came after the timer is for no one
+		case <-g.wake:
+		default:
+		}
+	}
 	n := min(len(g.queue), g.max)
 	batch := g.queue[:n:n]
 	g.queue = g.queue[n:]

@@ -46,6 +46,11 @@ type Options struct {
 	// creates when an insert finds none (0: DefaultPartitionInterval); the
 	// service's upkeep (MaintainHistory) creates them ahead of time.
 	PartitionInterval time.Duration
+	// FinishLinger is how long the record of an ungrouped job's attempt
+	// that finds no other record to share its transaction with waits for
+	// one (0: not at all). Its delivery is done by then; only its
+	// message's delete and its pool slot wait. Grouped jobs never wait.
+	FinishLinger time.Duration
 	// NewID, when set, replaces the snowflake node as the source of ids
 	// (tests give two stores skewed clocks with it).
 	NewID func() int64
@@ -161,7 +166,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if opts.NewID != nil {
 		s.newID = opts.NewID
 	}
-	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch}
+	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch,
+		linger: opts.FinishLinger, mayWait: func(r finishReq) bool { return !r.o.Grouped }, wake: make(chan struct{}, 1)}
 	s.claims = groupCommit[claimReq, claimRes]{max: 64, exec: s.claimBatch}
 	s.creates = groupCommit[createReq, createRes]{max: 100, exec: s.createBatch}
 	return s, nil
