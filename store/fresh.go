@@ -18,14 +18,15 @@ import (
 // cancelled meanwhile, takes the usual claim. See
 // docs/decisions/deferred-claims.md.
 const (
-	// freshMax bounds the jobs remembered: at a low rate a pointer comes
-	// back within milliseconds, and under a backlog the remembered jobs
-	// would age out unused anyway (the claims there are batched).
-	freshMax = 1024
+	// freshMax and freshBytes bound the jobs remembered, by count and by
+	// payload bytes: enough for the pointers of a few seconds at full
+	// load, a few MiB at most.
+	freshMax   = 4096
+	freshBytes = 4 << 20
 	// freshTTL is how long a created job is remembered. Another replica's
 	// cancel of it within that span is not seen here: the cancel and the
 	// delivery race, as a cancel during any delivery does.
-	freshTTL = 2 * time.Second
+	freshTTL = 10 * time.Second
 	// freshMaxPayload: larger payloads are not held in memory.
 	freshMaxPayload = 64 << 10
 )
@@ -33,10 +34,12 @@ const (
 // freshJobs remembers the jobs created and handed over here most recently,
 // each claimed at most once, and the deferred claims in flight.
 type freshJobs struct {
-	mu   sync.Mutex
-	jobs map[int64]freshJob
-	ring [freshMax]int64 // ids in the order put, overwritten in turn
-	next int
+	mu    sync.Mutex
+	jobs  map[int64]freshJob
+	ring  [freshMax]int64 // ids in the order put: n of them from head on
+	head  int
+	n     int
+	bytes int // payload bytes of the jobs remembered
 	// held: the jobs claimed from here whose claims are not written yet,
 	// with their leases' ends. Cancelling one is refused as cancelling a
 	// job IN_PROGRESS is.
@@ -60,10 +63,15 @@ func (f *freshJobs) put(jobs []dispatch.Job, now time.Time) {
 		if len(j.Payload) > freshMaxPayload {
 			continue
 		}
-		delete(f.jobs, f.ring[f.next])
-		f.ring[f.next] = j.ID
-		f.next = (f.next + 1) % freshMax
+		for f.n == freshMax || (f.n > 0 && f.bytes+len(j.Payload) > freshBytes) {
+			f.forget(f.ring[f.head])
+			f.head = (f.head + 1) % freshMax
+			f.n--
+		}
+		f.ring[(f.head+f.n)%freshMax] = j.ID
+		f.n++
 		f.jobs[j.ID] = freshJob{job: j, at: now}
+		f.bytes += len(j.Payload)
 	}
 	if len(f.held) > freshMax { // claims whose record never came (the database was down)
 		for id, until := range f.held {
@@ -84,7 +92,7 @@ func (f *freshJobs) claim(id int64, now time.Time, lease time.Duration) (dispatc
 	if !ok {
 		return dispatch.Job{}, false
 	}
-	delete(f.jobs, id)
+	f.forget(id)
 	if now.Sub(e.at) >= freshTTL {
 		return dispatch.Job{}, false
 	}
@@ -107,9 +115,18 @@ func (f *freshJobs) release(id int64) {
 func (f *freshJobs) cancel(id int64, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.jobs, id)
+	f.forget(id)
 	until, ok := f.held[id]
 	return ok && now.Before(until)
+}
+
+// forget drops the job with id, if remembered (its id stays in the ring
+// until its turn to go).
+func (f *freshJobs) forget(id int64) {
+	if e, ok := f.jobs[id]; ok {
+		f.bytes -= len(e.job.Payload)
+		delete(f.jobs, id)
+	}
 }
 
 // claimFresh claims j, as inserted a moment ago, in memory: it reports
