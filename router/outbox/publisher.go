@@ -27,12 +27,14 @@ type Store interface {
 }
 
 // confirmEvery is how long a sent pointer's confirmation may wait to be
-// written with others (ConfirmSent): one statement a second at most while
-// jobs trickle in, and never on a delivery's critical path.
-const confirmEvery = time.Second
+// written with others (ConfirmSent): one statement every few seconds at
+// most, never on a delivery's critical path, and well within the send
+// lease (store.DefaultSendLease). By then most jobs are delivered, and the
+// record has ended their leases: their rows are not written again.
+const confirmEvery = 5 * time.Second
 
 // confirmBatch flushes confirmations early once this many wait.
-const confirmBatch = 500
+const confirmBatch = 5000
 
 // maxHanded bounds the pointers handed over at creation and not yet sent.
 // Past it new jobs go through the outbox query instead; it is also what a
