@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +26,10 @@ import (
 // delivered to, which verifies every signature and notes each job's first
 // arrival.
 
+// jobLatency is one job's start (its create sent or scheduled), from the
+// start of the load, and its latency to its first delivery.
+type jobLatency struct{ start, latency time.Duration }
+
 // benchResult is what one run measured.
 type benchResult struct {
 	jobs          int
@@ -33,6 +40,7 @@ type benchResult struct {
 	duplicates    int
 	badSignatures int
 	latencies     []time.Duration // create (sent or scheduled) → first delivery, sorted
+	timeline      []jobLatency    // the same per job, in the order the jobs started
 	answers       []time.Duration // create (sent or scheduled) → its answer, per request, sorted
 	maxLag        time.Duration   // fixed rate: how late the schedule sent a request at worst
 	cpu           cpuUse
@@ -153,9 +161,11 @@ func runLoad(ctx context.Context, o benchOptions, client *http.Client, apiURL st
 	for id, t0 := range sentAt {
 		if at, ok := rc.first[id]; ok {
 			res.latencies = append(res.latencies, at.Sub(t0))
+			res.timeline = append(res.timeline, jobLatency{start: t0.Sub(res.start), latency: at.Sub(t0)})
 		}
 	}
 	slices.Sort(res.latencies)
+	slices.SortFunc(res.timeline, func(a, b jobLatency) int { return cmp.Compare(a.start, b.start) })
 	return res, nil
 }
 
@@ -338,4 +348,18 @@ func (rc *benchReceiver) stop() error {
 	defer cancel()
 	_ = rc.srv.Shutdown(ctx)
 	return <-rc.done
+}
+
+// writeTimeline writes each job's start and latency, in milliseconds, one
+// job a line (-latencies).
+func writeTimeline(path string, timeline []jobLatency) error {
+	var b strings.Builder
+	b.WriteString("start_ms latency_ms\n")
+	for _, j := range timeline {
+		fmt.Fprintf(&b, "%.3f %.3f\n", float64(j.start)/float64(time.Millisecond), float64(j.latency)/float64(time.Millisecond))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("bench: -latencies: %w", err)
+	}
+	return nil
 }

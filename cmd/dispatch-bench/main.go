@@ -91,7 +91,10 @@ flags:
                     child write one of its whole run to FILE.all, or
                     FILE.api and FILE.router (through DISPATCH_CPU_PROFILE)
   -blockprofile FILE, -mutexprofile FILE
-                    blocking and mutex contention of this process (sampled)`
+                    blocking and mutex contention of this process (sampled)
+  -latencies FILE   write each job's start (ms from the start of the load)
+                    and its latency to its first delivery (ms), one job a
+                    line in start order: when the slow ones happened`
 
 const (
 	benchDefaultSQS      = "http://127.0.0.1:9324"
@@ -116,6 +119,7 @@ type benchOptions struct {
 	database                          string // an existing database to run on; "": a fresh one
 	cpuProfile, blockProfile          string
 	mutexProfile                      string
+	latencies                         string
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
@@ -136,6 +140,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
 	fs.StringVar(&o.blockProfile, "blockprofile", "", "")
 	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "")
+	fs.StringVar(&o.latencies, "latencies", "", "")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -366,6 +371,11 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	stopErr := svc.stop()
 	if loadErr != nil {
 		return loadErr
+	}
+	if o.latencies != "" {
+		if err := writeTimeline(o.latencies, res.timeline); err != nil {
+			return err
+		}
 	}
 	if stopErr != nil {
 		return fmt.Errorf("bench: stop the service: %w", stopErr)
