@@ -58,14 +58,16 @@ func waitQueued(t *testing.T, g *groupCommit[int, int], n int) {
 	}
 }
 
-// A lone request that may wait waits for company, and those arriving
-// within the linger share its batch.
+// A lone request that may wait, at a low rate, waits for company, and
+// runs once two others have come.
 func TestGroupCommitLingerGathersRequestsArrivingOneAtATime(t *testing.T) {
 	t.Parallel()
-	g, batches := lingering(200*time.Millisecond, 64)
+	g, batches := lingering(time.Hour, 64)
 	first := goDo(g, 2)
 	waitQueued(t, g, 1)
-	second, third := goDo(g, 4), goDo(g, 6)
+	second := goDo(g, 4)
+	waitQueued(t, g, 2)
+	third := goDo(g, 6)
 	for _, c := range []chan int{first, second, third} {
 		<-c
 	}
@@ -78,7 +80,7 @@ func TestGroupCommitLingerGathersRequestsArrivingOneAtATime(t *testing.T) {
 // batch: neither waits for the timer (an hour here).
 func TestGroupCommitLingerEndsForARequestThatMayNotWait(t *testing.T) {
 	t.Parallel()
-	g, batches := lingering(time.Hour, 3)
+	g, batches := lingering(time.Hour, 64)
 	first := goDo(g, 2)
 	waitQueued(t, g, 1)
 	urgent := goDo(g, 1)
@@ -87,20 +89,34 @@ func TestGroupCommitLingerEndsForARequestThatMayNotWait(t *testing.T) {
 	if got := batches(); len(got) != 1 || len(got[0]) != 2 {
 		t.Errorf("batches %v; want the waiting request and the urgent one together", got)
 	}
-
-	full := []chan int{goDo(g, 2)}
-	waitQueued(t, g, 1)
-	full = append(full, goDo(g, 4), goDo(g, 6))
-	for _, c := range full {
-		<-c
-	}
-	if got := batches(); len(got) != 2 || len(got[1]) != 3 {
-		t.Errorf("batches %v; want a full batch of three run at once", got)
-	}
-
 	// Alone and urgent: no linger at all.
 	<-goDo(g, 3)
-	if got := batches(); len(got) != 3 || len(got[2]) != 1 {
+	if got := batches(); len(got) != 2 || len(got[1]) != 1 {
 		t.Errorf("batches %v; want the lone urgent request run alone", got)
+	}
+
+	full, fullBatches := lingering(time.Hour, 2)
+	a := goDo(full, 2)
+	waitQueued(t, full, 1)
+	<-goDo(full, 4)
+	<-a
+	if got := fullBatches(); len(got) != 1 || len(got[0]) != 2 {
+		t.Errorf("batches %v; want a full batch of two run at once", got)
+	}
+}
+
+// Requests closer together than lingerGap (load) never wait: a request
+// alone right after another runs at once, not after the linger (an hour).
+func TestGroupCommitLingerWaitsOnlyAtALowRate(t *testing.T) {
+	t.Parallel()
+	g, batches := lingering(time.Hour, 64)
+	g.lingerGap = time.Hour
+	first := goDo(g, 2) // the first request came long after "the one before"
+	waitQueued(t, g, 1)
+	<-goDo(g, 1) // ends its wait
+	<-first
+	<-goDo(g, 4) // within the hour of the last: no wait
+	if got := batches(); len(got) != 2 || len(got[1]) != 1 {
+		t.Errorf("batches %v; want the close request run alone at once", got)
 	}
 }
