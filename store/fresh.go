@@ -21,8 +21,8 @@ const (
 	// freshMax and freshBytes bound the jobs remembered, by count and by
 	// payload bytes: enough for the pointers of a few seconds at full
 	// load, a few MiB at most.
-	freshMax   = 4096
-	freshBytes = 4 << 20
+	freshMax   = 2048
+	freshBytes = 2 << 20
 	// freshTTL is how long a created job is remembered. Another replica's
 	// cancel of it within that span is not seen here: the cancel and the
 	// delivery race, as a cancel during any delivery does.
