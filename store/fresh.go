@@ -19,8 +19,7 @@ import (
 // docs/decisions/deferred-claims.md.
 const (
 	// freshMax and freshBytes bound the jobs remembered, by count and by
-	// payload bytes: enough for the pointers of a few seconds at full
-	// load, a few MiB at most.
+	// payload bytes: enough for the pointers of a second at full load.
 	freshMax   = 2048
 	freshBytes = 2 << 20
 	// freshTTL is how long a created job is remembered. Another replica's
