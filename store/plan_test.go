@@ -290,6 +290,48 @@ func TestPlannerSettingsFollowDatabaseURL(t *testing.T) {
 	}
 }
 
+// The service's connections never compile a plan (JIT): with sequential
+// scans off, a statement over a table of a few rows (a router's report,
+// the partition list) is costed past jit_above_cost, and compiling it took
+// PostgreSQL 80-770 ms of CPU each time. A URL that names jit keeps it.
+func TestConnectionsDoNotCompilePlans(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewDatabase(t)
+	for param, want := range map[string]string{"": "off", "jit=on": "on"} {
+		u := url
+		if param != "" {
+			u = withParam(url, param)
+		}
+		pool, err := store.Connect(ctx, u, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jit string
+		var available bool
+		var plan []string
+		err = pool.QueryRow(ctx, "SELECT current_setting('jit'), pg_jit_available()").Scan(&jit, &available)
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = pool.Query(ctx, `EXPLAIN (ANALYZE) SELECT COALESCE(max(hi), 0) FROM dispatch_partition WHERE parent = 'dispatch_job'`); err == nil {
+				plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+		}
+		pool.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jit != want {
+			t.Errorf("with %q: jit = %s, want %s", param, jit, want)
+		}
+		// With jit on (and a server that can compile), the same statement is
+		// compiled: what the setting saves.
+		if compiled := slices.ContainsFunc(plan, func(l string) bool { return strings.HasPrefix(l, "JIT:") }); compiled != (jit == "on" && available) {
+			t.Errorf("with %q: the statement over the partition list compiled %v, want %v:\n%s", param, compiled, jit == "on" && available, strings.Join(plan, "\n"))
+		}
+	}
+}
+
 // A fan-out reads the subscriptions that match its event, not all of them:
 // the jobs are written from the match's rows. Joining them back to
 // dispatch_subscription made PostgreSQL hash the whole table once an event

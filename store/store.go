@@ -191,6 +191,16 @@ func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, er
 		// wait, a plan gone wrong) fails instead of holding a connection.
 		set = strings.TrimPrefix(set+"; SET statement_timeout = "+strconv.Itoa(int(StatementTimeout.Milliseconds())), "; ")
 	}
+	if _, named := cfg.ConnConfig.RuntimeParams["jit"]; !named {
+		// No statement of the service reads enough rows for compiled
+		// expressions to pay back their compilation, and with sequential
+		// scans off (deliveryPlans) every plan that scans a small table
+		// (a router's report every 5 s, the partition list, the alert
+		// windows) is costed past jit_above_cost: PostgreSQL compiled each
+		// one, 80-770 ms of CPU for a statement over a few rows, most of
+		// the server's CPU at 200 deliveries a second.
+		set = strings.TrimPrefix(set+"; SET jit = off", "; ")
+	}
 	if set != "" {
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, set)
