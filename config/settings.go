@@ -43,7 +43,7 @@ var (
 // meets them.
 var Settings = []Setting{
 	{Name: "DATABASE_URL", Range: "a PostgreSQL URL or key=value string",
-		Doc:     "Each connection runs `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off` when it opens, unless the URL names either setting (then neither is set: `…&plan_cache_mode=auto` keeps PostgreSQL's defaults) or a `default_query_exec_mode` other than pgx's `cache_statement`. Behind PgBouncer in transaction mode, name `exec` or `simple_protocol`. See [the decision](decisions/plans-made-once.md).",
+		Doc:     "Each connection runs `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off` when it opens, unless the URL names either setting (then neither is set: `…&plan_cache_mode=auto` keeps PostgreSQL's defaults) or a `default_query_exec_mode` other than pgx's `cache_statement`. Behind PgBouncer in transaction mode, name `exec` or `simple_protocol`. Each connection also runs `SET jit = off` unless the URL names `jit`. See [the decision](decisions/plans-made-once.md).",
 		Default: DefaultDatabaseURL, Commands: []string{"api", "router", "migrate", "rekey"}, Secret: true,
 		Help: "PostgreSQL connection URL (pool size: the pools' concurrency + 10, max 64, unless pool_max_conns is set; a router alone opens 2 connections, to report its pools for the console, and delivers without the database)"},
 	{Name: "DISPATCH_HTTP_ADDR", Range: "host:port", Default: DefaultHTTPAddr + " (" + InsecureHTTPAddr + " with DISPATCH_INSECURE=true)", Commands: apiOnly,
