@@ -358,7 +358,8 @@ func endClaim(span trace.Span, c dispatch.Claim, err error) {
 	if err != nil {
 		tracing.Fail(span, "claim_failed", err)
 	} else {
-		span.SetAttributes(attribute.String("dispatch.claim", claimStates[c.State]), attribute.Int("dispatch.attempt", c.Job.AttemptCount))
+		span.SetAttributes(attribute.String("dispatch.claim", claimStates[c.State]), attribute.Int("dispatch.attempt", c.Job.AttemptCount),
+			attribute.Bool("dispatch.claim.deferred", c.Deferred))
 	}
 	span.End()
 }
