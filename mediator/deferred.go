@@ -26,7 +26,7 @@ type deferredClaim struct {
 	decided bool       // the record need not write the claim: written, or the job moved on
 }
 
-// deferClaim starts the timer that writes c's claim if the delivery runs
+// deferClaim starts the timer that writes j's claim if the delivery runs
 // long.
 func (p *Processor) deferClaim(ctx context.Context, log *slog.Logger, j dispatch.Job) *deferredClaim {
 	dc := &deferredClaim{p: p, log: log, job: j}

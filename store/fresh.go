@@ -16,7 +16,7 @@ import (
 // outcome (Transition.ClaimDeferred), or RecordClaim writes it first for a
 // delivery that runs long. Any other pointer, and any job this store
 // cancelled meanwhile, takes the usual claim. See
-// docs/decisions/deferred-claims.md.
+// docs/decisions/commits-per-delivery.md.
 const (
 	// freshMax and freshBytes bound the jobs remembered, by count and by
 	// payload bytes: enough for the pointers of a second at full load.
