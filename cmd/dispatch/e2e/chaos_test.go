@@ -325,6 +325,7 @@ func (in *instance) countStatus(status string) int {
 }
 
 func TestRouterKilledMidDeliveryJobStillCompletes(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 3*time.Second)
 	in := startWith(t, "api", dbURL, q, nil)
@@ -356,6 +357,7 @@ func TestRouterKilledMidDeliveryJobStillCompletes(t *testing.T) {
 }
 
 func TestFailedSendIsPublishedLater(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)
 	rc := newReceiver(t, nil)
@@ -386,6 +388,7 @@ func TestFailedSendIsPublishedLater(t *testing.T) {
 }
 
 func TestSQSOutageDuringCreatesLosesNothing(t *testing.T) {
+	t.Parallel()
 	emu := startEmulator(t, freePort(t))
 	dbURL := storetest.NewDatabase(t)
 	rc := newReceiver(t, nil)
@@ -422,6 +425,7 @@ func TestSQSOutageDuringCreatesLosesNothing(t *testing.T) {
 }
 
 func TestPostgresRestartUnderLoadLosesNothing(t *testing.T) {
+	t.Parallel()
 	pg := startPostgres(t, "")
 	q := sqstest.New(t, 30*time.Second)
 	rc := newReceiver(t, nil)
@@ -485,8 +489,11 @@ func createWithRetry(t *testing.T, in *instance, body map[string]any) string {
 }
 
 func TestSIGTERMDuringLoadExitsCleanlyAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
-	q := sqstest.New(t, 30*time.Second)
+	// A message a receive took as the process stopped reaches nobody and
+	// comes back after the visibility timeout: the restart waits that long.
+	q := sqstest.New(t, 5*time.Second)
 	rc := newReceiver(t, nil)
 	rc.hold = 5 * time.Millisecond
 	env := baseEnv(dbURL, q, map[string]string{"DISPATCH_SHUTDOWN_TIMEOUT": "10s"})
@@ -561,6 +568,7 @@ func TestExpiredAndCancelledJobsAreNeverDelivered(t *testing.T) {
 }
 
 func TestSoakWithRouterKills(t *testing.T) {
+	t.Parallel()
 	jobs := 5000
 	if v, err := strconv.Atoi(os.Getenv("DISPATCH_TEST_SOAK_JOBS")); err == nil && v > 0 {
 		jobs = v

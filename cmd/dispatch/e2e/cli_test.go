@@ -22,6 +22,7 @@ import (
 )
 
 func TestHelpOnEverySubcommand(t *testing.T) {
+	t.Parallel()
 	type want struct {
 		has, hasNot []string
 	}
@@ -100,6 +101,7 @@ func gitHead(t *testing.T) string {
 
 // `make build` stamps the version, the commit and the build date.
 func TestVersionIsStampedByMakeBuild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "dispatch")
 	cmd := exec.Command("make", "--no-print-directory", "build", "BIN="+bin, "BENCH="+filepath.Join(dir, "dispatch-bench"))
@@ -128,6 +130,7 @@ func TestVersionIsStampedByMakeBuild(t *testing.T) {
 // The Dockerfile's build stamps the same way: its -ldflags, with the build
 // arguments `make image` passes, give `dispatch version` those values.
 func TestVersionIsStampedByTheDockerfile(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +161,7 @@ func TestVersionIsStampedByTheDockerfile(t *testing.T) {
 // A build that nobody stamped (go build, with Go's VCS stamping on: its
 // default in a Git checkout) still names its commit.
 func TestVersionUnstampedNamesTheCommit(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "dispatch")
 	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, dispatchPkg).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -173,6 +177,7 @@ func TestVersionUnstampedNamesTheCommit(t *testing.T) {
 }
 
 func TestConfigPrintsTheSettingsInEffectWithSecretsMasked(t *testing.T) {
+	t.Parallel()
 	secrets := map[string]string{
 		"DATABASE_URL":            "postgres://app:db-password-21@db.internal:5432/dispatch?sslmode=require",
 		"DISPATCH_API_TOKENS":     "api-token-one-0123456789,api-token-two-0123456789",
@@ -230,6 +235,7 @@ func TestConfigPrintsTheSettingsInEffectWithSecretsMasked(t *testing.T) {
 }
 
 func TestConfigInvalidListsEveryProblemAndExitsNonZero(t *testing.T) {
+	t.Parallel()
 	out, code := runBinary(t, []string{
 		"DISPATCH_API_TOKENS=short", "DISPATCH_RETRY_BASE=soon", "DISPATCH_DELIVERY_TIMOUT=5s",
 		"DATABASE_URL=postgres://app:db-password-21@db/dispatch",
@@ -260,6 +266,7 @@ func TestConfigInvalidListsEveryProblemAndExitsNonZero(t *testing.T) {
 // listen verifies with a secret from the environment or a file; --secret
 // still works but warns that ps shows it.
 func TestListenTakesItsSecretFromTheEnvironmentOrAFile(t *testing.T) {
+	t.Parallel()
 	secret, err := webhook.NewSecret(webhook.SchemeFlowCatalyst)
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func readCompose(t *testing.T) composeFile {
 // (insecure mode's own default, loopback inside the container, would be
 // unreachable from the host and from each other).
 func TestComposePublishesOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	doc := readCompose(t)
 	if doc.Env["DISPATCH_INSECURE"] != "true" {
 		t.Fatalf("the compose file is no longer insecure (DISPATCH_INSECURE=%q): revisit this test", doc.Env["DISPATCH_INSECURE"])
@@ -70,6 +71,7 @@ func TestComposePublishesOnLoopbackOnly(t *testing.T) {
 // calls, the in-network URLs it sends to (a service listening on that
 // port), and the settings it says the stack runs with.
 func TestREADMEComposeSectionMatchesComposeFile(t *testing.T) {
+	t.Parallel()
 	doc := readCompose(t)
 	readme, err := os.ReadFile("../../../README.md")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 // made when a subscription is disabled listed as a job, delete the
 // destination.
 func TestConsoleAlertsInABrowser(t *testing.T) {
+	t.Parallel()
 	in := start(t, "all", map[string]string{"DISPATCH_ALERT_WINDOW": "1s"})
 	slack := newReceiver(t, nil)
 	target := newReceiver(t, nil)

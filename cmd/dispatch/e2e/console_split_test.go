@@ -71,6 +71,7 @@ func hangingReceiver(t *testing.T) *httptest.Server {
 // group, so the next job of the group waits, due, and the backlog says so;
 // both routers' pools show, and a router that stops says so.
 func TestConsoleOverviewInSplitMode(t *testing.T) {
+	t.Parallel()
 	sqstest.SetEnv()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)

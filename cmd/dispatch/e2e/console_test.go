@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
@@ -88,6 +89,9 @@ func newBrowser(t *testing.T, base string) *browser {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: countRequests}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
 	t.Cleanup(func() {
 		cancelTimeout()
 		cancelTab()
@@ -97,8 +101,38 @@ func newBrowser(t *testing.T, base string) *browser {
 	return b
 }
 
+// countRequests runs in the page before the console's own scripts: it
+// counts the requests the page makes with fetch (the console's API calls
+// all go through one, and read each answer with text()) as open from the
+// call until a task after the answer is read, when what the answer
+// changed is on the page (the caller's awaits resume and render in
+// microtasks before it). The test's own requests from the page read their
+// answers too, or they would stay open.
+const countRequests = `(() => {
+	const fetch = window.fetch;
+	window.__requestsOpen = 0;
+	const settle = () => setTimeout(() => { window.__requestsOpen--; }, 0);
+	window.fetch = (...args) => {
+		window.__requestsOpen++;
+		return fetch(...args).then((resp) => {
+			const text = resp.text.bind(resp);
+			resp.text = () => text().finally(settle);
+			return resp;
+		}, (err) => { settle(); throw err; });
+	};
+})()`
+
+// do waits until the page has no request open (a list the last action
+// reloads is redrawn), as a person waits for the page to settle before
+// the next click, then runs the actions. A click on an element that is
+// replaced between the mouse's press and its release is no click at all.
 func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
+	settled := chromedp.Poll[bool](`!window.__requestsOpen`, chromedp.WithPollingTimeout(20*time.Second))
+	if _, err := chromedp.Run(b.ctx, settled); err != nil {
+		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
+		b.t.Fatalf("%s: the page did not settle (requests still open): %v", what, err)
+	}
 	if err := chromedp.Do(b.ctx, actions...); err != nil {
 		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
 		b.t.Fatalf("%s: %v", what, err)
@@ -171,6 +205,7 @@ func consoleReceiver(t *testing.T) *httptest.Server {
 // bodies stay text; no request leaves for another host. It saves a
 // screenshot of every page under .dev/screenshots.
 func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
 	in := start(t, "all", nil)
 	rc := consoleReceiver(t)
 
@@ -201,7 +236,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// A wrong token: refused, and the API stays closed to the page.
 	b.do("wrong token", chromedp.SendKeys(chromedp.ID("token"), "not-the-admin-token"), chromedp.Click(chromedp.ID("login")))
 	b.waitFor("the refusal", `document.querySelector('.login-status').innerText.includes('not accepted')`)
-	if code := eval[int](b, `fetch('/api/dispatch/jobs').then(r => r.status)`); code != http.StatusUnauthorized {
+	if code := eval[int](b, `fetch('/api/dispatch/jobs').then(r => r.text().then(() => r.status))`); code != http.StatusUnauthorized {
 		t.Errorf("after a wrong token, GET /api/dispatch/jobs from the page = %d, want 401", code)
 	}
 	b.do("right token", chromedp.Evaluate[chromedp.Void](`document.getElementById('token').value = ''`), chromedp.SendKeys(chromedp.ID("token"), adminToken),
@@ -400,7 +435,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// A state change without the CSRF token is refused, from the page and
 	// from anywhere else holding the cookie.
-	if code := eval[int](b, `fetch('/api/dispatch/jobs/`+target+`/replay', {method: 'POST'}).then(r => r.status)`); code != http.StatusForbidden {
+	if code := eval[int](b, `fetch('/api/dispatch/jobs/`+target+`/replay', {method: 'POST'}).then(r => r.text().then(() => r.status))`); code != http.StatusForbidden {
 		t.Errorf("replay from the page without the CSRF token = %d, want 403", code)
 	}
 	req, _ := http.NewRequest("POST", in.apiURL+"/api/admin/dispatch/credentials/"+credID+"/rotate", nil)

@@ -16,6 +16,7 @@ import (
 // attributes it creates are the ones DISPATCH_QUEUE_CREATE uses, and its
 // IAM policies grant exactly the SQS actions the code calls.
 func TestDeploymentGuideMatchesTheCode(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../../docs/deployment.md")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // dispatch loads as the guide says: its queues, the first the default, and
 // its pools.
 func TestDeploymentGuideRouterConfigurationLoads(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../../docs/deployment.md")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // high-throughput mode, with a visibility timeout that outlasts a
 // mediation (DISPATCH_DELIVERY_TIMEOUT + 30s), and delivers through it.
 func TestQueueCreateMakesAHighThroughputQueue(t *testing.T) {
+	t.Parallel()
 	name := randomName("created-") + ".fifo"
 	in := start(t, "all", map[string]string{
 		"DISPATCH_QUEUE_URL": "", "DISPATCH_QUEUE_NAME": name, "DISPATCH_QUEUE_CREATE": "true",

@@ -18,6 +18,7 @@ import (
 // and /tmp moved to the test's own ports and directory. Only the "##
 // Walk-through…" sections run; the others (Docker Compose) are not.
 func TestREADMEWalkThroughsRunPastedWhole(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../../README.md")
 	if err != nil {
 		t.Fatal(err)

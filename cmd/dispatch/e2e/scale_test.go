@@ -140,6 +140,9 @@ func ensureQueue(t *testing.T, api *sqs.Client, name string, visibility int) {
 	}
 }
 
+// TestScaleChaos runs alone, before the parallel tests: its kills come on
+// a clock until 97% of the jobs are delivered, so under their load it would
+// slow, be killed more often and slow further, toward its deadline.
 func TestScaleChaos(t *testing.T) {
 	jobs := envInt("DISPATCH_TEST_SCALE_JOBS", 1200)
 	groups := envInt("DISPATCH_TEST_SCALE_GROUPS", max(1, jobs/50))
@@ -366,6 +369,7 @@ func TestScaleChaos(t *testing.T) {
 // TestBacklogDrain queues every job before any router runs, then starts two
 // routers and lets them drain the queue: no stall, no receive error.
 func TestBacklogDrain(t *testing.T) {
+	t.Parallel()
 	jobs := envInt("DISPATCH_TEST_BACKLOG_JOBS", 2000)
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)

@@ -117,6 +117,7 @@ func randomName(prefix string) string {
 }
 
 func TestStartupWaitForTheDatabaseSaysWhy(t *testing.T) {
+	t.Parallel()
 	admin := storetest.AdminURL()
 	withDB := func(user, db string) string {
 		u := strings.Replace(admin, "/postgres?", "/"+db+"?", 1)
@@ -181,6 +182,7 @@ func TestStartupWaitForTheDatabaseSaysWhy(t *testing.T) {
 // The hint is a command that works: run as printed, the waiting service
 // comes up by itself.
 func TestStartupMissingDatabaseComesUpAfterTheHintedCreatedb(t *testing.T) {
+	t.Parallel()
 	sqstest.SetEnv()
 	q := sqstest.New(t, 30*time.Second)
 	db := randomName("dispatch_created_")
@@ -220,6 +222,7 @@ func TestStartupMissingDatabaseComesUpAfterTheHintedCreatedb(t *testing.T) {
 // A wrong password needs a server that checks passwords: a private cluster
 // with scram-sha-256.
 func TestStartupWrongPasswordSaysAuthenticationFailed(t *testing.T) {
+	t.Parallel()
 	pg := startPostgres(t, "right-password-21")
 	t.Run("api waits and says why", func(t *testing.T) {
 		url := fmt.Sprintf("postgres://postgres:wrong-password@127.0.0.1:%d/dispatch?sslmode=disable", pg.port)
@@ -264,6 +267,7 @@ func runBinary(t *testing.T, env []string, args ...string) (string, int) {
 }
 
 func TestStartupMigrateSaysWhyAndFails(t *testing.T) {
+	t.Parallel()
 	missing := randomName("dispatch_missing_")
 	cases := []struct {
 		name, url string
@@ -295,6 +299,7 @@ func TestStartupMigrateSaysWhyAndFails(t *testing.T) {
 // lock; a replica of an older version (a rollback, a late pod of the old
 // release) then finds a newer schema and refuses to start, saying so.
 func TestStartupOlderBinaryRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	newer := func(t *testing.T) string {
 		t.Helper()
 		dbURL := storetest.NewDatabase(t)
