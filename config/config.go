@@ -139,6 +139,9 @@ type Config struct {
 	// DISPATCH_QUEUE_NAME.
 	Queues     []Queue
 	ProcessURL string
+	// LocalDelivery: in `all`, the router takes the pointers of jobs this
+	// process created straight into an idle worker (router.Router.Offer).
+	LocalDelivery bool
 	// ProcessURLSet is true when DISPATCH_PROCESS_URL was given explicitly.
 	ProcessURLSet bool
 	Pools         []Pool
@@ -222,6 +225,7 @@ func Load(getenv func(string) string) (Config, error) {
 		QueueName:                r.str("DISPATCH_QUEUE_NAME", DefaultQueueName),
 		QueueCreate:              r.bool("DISPATCH_QUEUE_CREATE", false),
 		ProcessURL:               r.str("DISPATCH_PROCESS_URL", DefaultProcessURL),
+		LocalDelivery:            r.bool("DISPATCH_LOCAL_DELIVERY", true),
 		APITokens:                r.list("DISPATCH_API_TOKENS"),
 		AdminToken:               r.str("DISPATCH_ADMIN_TOKEN", ""),
 		InternalToken:            r.str("DISPATCH_INTERNAL_TOKEN", ""),

@@ -73,6 +73,7 @@ func TestLoadDefaultsInsecure(t *testing.T) {
 		QueueName:       "dispatch.fifo",
 		Queues:          []config.Queue{{Name: "dispatch.fifo", Connections: 1}},
 		ProcessURL:      "http://127.0.0.1:8080/api/dispatch/process",
+		LocalDelivery:   true,
 		Pools:           []config.Pool{{Code: "DISPATCH-POOL", Concurrency: 20}},
 		Insecure:        true,
 		RetryBase:       5 * time.Second,

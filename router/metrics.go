@@ -18,6 +18,7 @@ import (
 type metrics struct {
 	received   prometheus.Counter
 	duplicates prometheus.Counter
+	local      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -28,6 +29,10 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	m := &metrics{
 		received: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_messages_received_total", Help: "Messages received from the queue.",
+		}),
+		local: f.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_router_messages_local_total",
+			Help: "Pointers of jobs created in this process taken straight into a pool, without the queue (dispatch all).",
 		}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",

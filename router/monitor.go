@@ -260,7 +260,7 @@ func (r *Router) InFlight() []InFlightMessage {
 	r.mu.Lock()
 	out := make([]InFlightMessage, 0, len(r.held))
 	for _, m := range r.held {
-		v := InFlightMessage{JobID: m.ptr.ID, MessageID: m.ID, Queue: m.src.name, Pool: m.pool.code, GroupID: m.group,
+		v := InFlightMessage{JobID: m.ptr.ID, MessageID: m.ID, Queue: m.queueName(), Pool: m.pool.code, GroupID: m.group,
 			State: Buffered, ReceivedAt: stamp(m.received), AgeMillis: now.Sub(m.received).Milliseconds(), ReceiveCount: m.ReceiveCount}
 		if !m.started.IsZero() {
 			v.State, v.StartedAt, v.MediatingMillis = Mediating, stamp(m.started), max(now.Sub(m.started).Milliseconds(), 1)

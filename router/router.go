@@ -189,6 +189,11 @@ type message struct {
 	// traced is the receive span's context (nil with tracing off): from
 	// receipt to the end of its mediation, in the trace of the job's create.
 	traced context.Context
+
+	// local is set for a pointer taken in process (Offer): it came from no
+	// queue (src is nil), has nothing to delete, and goes onto the queue
+	// when it must come back.
+	local *local
 }
 
 // deferredRelease is a release that waits for a heartbeat call.
@@ -554,7 +559,14 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			mctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(m.traced))
 			trace.SpanFromContext(m.traced).AddEvent("mediation started")
 		}
+		var backstop *time.Timer
+		if m.local != nil {
+			backstop = time.AfterFunc(LocalBackstop, m.local.backstop)
+		}
 		err := r.med.Mediate(mctx, m.ptr)
+		if backstop != nil {
+			backstop.Stop()
+		}
 		p.observe(time.Since(start), err)
 		if m.traced != nil {
 			endReceive(m.traced, err)
@@ -570,7 +582,7 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		default:
 			delay = routerBackoff(m.ReceiveCount)
 			r.log.Warn("mediation failed; retrying", "job_id", m.ptr.ID, "pool", p.code, "err", err, "delay", delay.String())
-			r.warnings.add(Warning{Type: WarnMediationFailed, Queue: m.src.name, Pool: p.code, JobID: m.ptr.ID,
+			r.warnings.add(Warning{Type: WarnMediationFailed, Queue: m.queueName(), Pool: p.code, JobID: m.ptr.ID,
 				Message: "the processing endpoint gave no usable answer: " + err.Error()})
 		}
 		r.mu.Lock()
@@ -591,7 +603,9 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		receipt := m.Receipt
 		r.mu.Unlock()
 		if err == nil {
-			m.src.deleter.add(receipt, m.group != m.ptr.ID)
+			if m.local == nil {
+				m.src.deleter.add(receipt, m.group != m.ptr.ID)
+			}
 			continue
 		}
 		r.release(append([]*message{m}, released...), delay)
@@ -607,7 +621,11 @@ func (r *Router) holdGroup(m *message, delay time.Duration) {
 		h = hold{seq: m.seq}
 	}
 	h.until = now.Add(delay)
-	h.expires = h.until.Add(max(m.src.visibility(), 30*time.Second))
+	vis := time.Duration(0)
+	if m.src != nil {
+		vis = m.src.visibility()
+	}
+	h.expires = h.until.Add(max(vis, 30*time.Second))
 	r.holds[m.group] = h
 }
 
@@ -619,17 +637,28 @@ func routerBackoff(receiveCount int) time.Duration {
 
 // release changes the messages' visibility to delay (SQS caps it at 12 h).
 // A message a heartbeat call is extending right now is released once that
-// call has returned (see message.extending).
+// call has returned (see message.extending). A message taken in process
+// goes onto the queue instead, where the job's state holds it until due.
 func (r *Router) release(msgs []*message, delay time.Duration) {
 	if len(msgs) == 0 {
 		return
 	}
 	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
 	changes := map[*source][]queue.Visibility{}
+	var requeue []*local
+	defer func() {
+		for _, l := range requeue {
+			l.send(delay)
+		}
+	}()
 	r.mu.Lock()
 	for _, m := range msgs {
 		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
 			trace.SpanFromContext(m.traced).End()
+		}
+		if m.local != nil {
+			requeue = append(requeue, m.local)
+			continue
 		}
 		if m.extending {
 			m.deferred = &deferredRelease{delay: delay, at: time.Now()}

@@ -90,6 +90,7 @@ type Publisher struct {
 	reserved int               // room taken by creates not yet handed (Reserve)
 	sending  bool              // the last send worked: take hand-offs
 	stopped  bool              // Run has returned: give hand-offs straight back
+	local    Local             // takes handed pointers in process first (nil: none)
 
 	// sent pointers whose send leases are still to be confirmed (Run's
 	// goroutine only), and when the first of them was sent.
@@ -181,6 +182,25 @@ func (p *Publisher) Accepting() bool {
 	return p.sending && !p.stopped && len(p.pending)+p.reserved < maxHanded
 }
 
+// Local takes the pointer of a job just created into a processing pool of
+// this process, instead of the queue (router.Router.Offer), or declines it.
+// requeue puts the pointer on the queue after all, to be mediated after the
+// delay given; it is called at most once.
+type Local interface {
+	Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool
+}
+
+// DeliverLocally has handed pointers offered to l before they are sent:
+// in `dispatch all` the router in the same process mediates a new job at
+// once when a worker is idle, with no SQS request. The job's row is marked
+// queued under a send lease either way, so a pointer lost with the process
+// is sent by the sweep when the lease ends.
+func (p *Publisher) DeliverLocally(l Local) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.local = l
+}
+
 // Reserve takes room for n pointers to be handed over by a create about to
 // be written, and reports whether there was room (store.Handoff). The bound
 // holds however many creates run at once: each create's room is taken
@@ -201,6 +221,48 @@ func (p *Publisher) Reserve(n int) bool {
 // reserved for them (store.Handoff). jobs may be fewer than reserved, or
 // none (the create failed).
 func (p *Publisher) Hand(jobs []dispatch.Unsent, reserved int) {
+	p.mu.Lock()
+	l := p.local
+	p.mu.Unlock()
+	if l != nil && len(jobs) > 0 {
+		jobs = p.offer(l, jobs)
+	}
+	p.handToQueue(jobs, reserved)
+}
+
+// offer offers l each job that neither belongs to a group (its order rides
+// on the queue) nor names a queue (whoever named it wants it there), and
+// returns the ones it declined.
+func (p *Publisher) offer(l Local, jobs []dispatch.Unsent) []dispatch.Unsent {
+	rest := jobs[:0:0]
+	for _, u := range jobs {
+		if u.GroupID == "" && u.QueueURL == "" && l.Offer(p.pointer(u), u.TraceContext, func(after time.Duration) { p.requeue(u, after) }) {
+			continue
+		}
+		rest = append(rest, u)
+	}
+	return rest
+}
+
+// requeue puts the pointer of a job taken in process on the queue after
+// all. With no delay (its delivery runs long, or the router stopped) it is
+// sent now. A retry's delay cannot ride on a FIFO queue's message, so the
+// job's queued mark is cleared instead, and the outbox query sends it when
+// it is due, from whichever replica; so it is too when the publisher
+// cannot take it now.
+func (p *Publisher) requeue(u dispatch.Unsent, after time.Duration) {
+	jobs := []dispatch.Unsent{u}
+	if after > 0 || !p.Reserve(1) {
+		p.unmark(jobs)
+		p.Notify()
+		return
+	}
+	p.handToQueue(jobs, 1)
+}
+
+// handToQueue queues handed pointers for sending and gives back the room
+// reserved for them.
+func (p *Publisher) handToQueue(jobs []dispatch.Unsent, reserved int) {
 	p.mu.Lock()
 	p.reserved -= reserved
 	if len(jobs) == 0 {
@@ -449,15 +511,7 @@ func (p *Publisher) sendTo(ctx context.Context, q *queue.Queue, due []dispatch.U
 		due = due[len(batch):]
 		entries := make([]queue.Entry, len(batch))
 		for i, u := range batch {
-			id := dispatch.FormatID(u.ID)
-			pool := u.PoolCode
-			if pool == "" {
-				pool = p.cfg.PoolCode
-			}
-			body, _ := json.Marshal(dispatch.Pointer{
-				ID: id, PoolCode: pool, MediationType: "HTTP",
-				MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
-			})
+			body, _ := json.Marshal(p.pointer(u))
 			entries[i] = queue.Entry{Body: string(body), GroupID: u.MessageGroupID(), DeduplicationID: u.DeduplicationID()}
 			if u.TraceContext != "" { // the job's trace goes with its pointer
 				entries[i].Attributes = tracing.Carrier(u.TraceContext)
@@ -477,6 +531,18 @@ func (p *Publisher) sendTo(ctx context.Context, q *queue.Queue, due []dispatch.U
 		}
 	}
 	return sent, nil
+}
+
+// pointer is the message pointer of u.
+func (p *Publisher) pointer(u dispatch.Unsent) dispatch.Pointer {
+	pool := u.PoolCode
+	if pool == "" {
+		pool = p.cfg.PoolCode
+	}
+	return dispatch.Pointer{
+		ID: dispatch.FormatID(u.ID), PoolCode: pool, MediationType: "HTTP",
+		MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
+	}
 }
 
 // sleepCtx waits d, or until ctx is done.

@@ -639,7 +639,10 @@ func TestDeliveryLongerThanVisibilityIsNotDuplicated(t *testing.T) {
 	q := sqstest.New(t, 2*time.Second) // shorter than the delivery below
 	rc := newReceiver(t, nil)
 	rc.hold = 5 * time.Second
-	in := startWith(t, "all", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "10s", "DISPATCH_SHUTDOWN_TIMEOUT": "15s"})
+	// The job goes through the queue (not in process), whose heartbeat is
+	// what this is about.
+	in := startWith(t, "all", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "10s", "DISPATCH_SHUTDOWN_TIMEOUT": "15s",
+		"DISPATCH_LOCAL_DELIVERY": "false"})
 	// A second router competes for the same queue: if the heartbeat did not
 	// keep the message invisible, it would receive the copy after 2s.
 	other := spawn(t, "router", baseEnv(dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process"}))

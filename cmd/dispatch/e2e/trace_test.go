@@ -128,7 +128,8 @@ func outline(spans []*tracepb.Span) string {
 
 // A caller's traceparent on create makes every delivery of the job part of
 // the caller's trace: the create under the caller's span, the router's
-// receive of each attempt's message, the claim, each HTTP delivery (its
+// receive of each attempt's message (or, in `all`, its taking of the first
+// in process), the claim, each HTTP delivery (its
 // traceparent reaches the receiver) and the attempt's record, with each
 // attempt its own delivery span linked to the create. In `all` the router
 // hands pointers over in process; split, the router calls the API's
@@ -201,9 +202,17 @@ func TestTracesFollowEachJobFromCallerToReceiver(t *testing.T) {
 				t.Fatalf("want one create span of job %s under the server span:\n%s", job.ID, tree)
 			}
 			createID := spanID(create[0])
+			// In `all` the first attempt is taken in process, the retry
+			// comes back through the queue; split, both come through it.
 			receives := named(spans, "receive "+api.queue.Name, tracepb.Span_SPAN_KIND_CONSUMER)
-			if len(receives) != 2 {
-				t.Errorf("want the router's receive of each of the 2 attempts, got %d:\n%s", len(receives), tree)
+			locals := named(spans, "deliver in process", tracepb.Span_SPAN_KIND_INTERNAL)
+			if wantLocal := map[bool]int{false: 1, true: 0}[split]; len(receives) != 2-wantLocal || len(locals) != wantLocal {
+				t.Errorf("want %d attempts taken in process and %d received, got %d and %d:\n%s", wantLocal, 2-wantLocal, len(locals), len(receives), tree)
+			}
+			for _, l := range locals {
+				if parentID(l) != createID {
+					t.Errorf("in-process span %s: parent %s, want the create %s", spanID(l), parentID(l), createID)
+				}
 			}
 			for _, r := range receives {
 				if parentID(r) != createID || attr(r, "messaging.system") != "aws_sqs" {

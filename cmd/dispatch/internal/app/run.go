@@ -300,6 +300,11 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	if tracer.Enabled() {
 		a.log.Info("tracing: OTLP/HTTP spans, configured by the OTEL_* variables")
 	}
+	// SIGHUP reloads the router configuration (onHangup); taken from here
+	// on, before any port is announced.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var apiSock, routerSock *handoff
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
@@ -392,6 +397,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	routing := a.routing()
 	var reloadRouter func() error       // the router's reload (nil: no router here)
 	var procBreakers *mediator.Breakers // this process's deliveries' (nil: no API here)
+	var publisher *outbox.Publisher     // nil: no API here
 	if withAPI {
 		ln := apiSock.phase(true)
 		fmt.Fprintf(a.stdout, "api listening on %s\n", ln.Addr())
@@ -402,7 +408,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		for i, rq := range queues {
 			dests[i] = outbox.Destination{Key: a.cfg.Queues[i].Key(), Queue: rq}
 		}
-		publisher := outbox.New(q, st, outbox.Config{Destinations: dests,
+		publisher = outbox.New(q, st, outbox.Config{Destinations: dests,
 			PoolCode: dispatch.DefaultPool, ProcessURL: processURL, RequeueAfter: a.cfg.RequeueAfter, Logger: a.log,
 			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
@@ -487,6 +493,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		reloadRouter = rt.Reload
+		if local != nil && a.cfg.LocalDelivery {
+			// New jobs go to an idle worker here before the queue.
+			publisher.DeliverLocally(rt)
+		}
 		// The router reports its pools to the database every few seconds,
 		// where the API reads every router's (the console's Overview); its
 		// last report, once it has stopped, says so.
@@ -537,7 +547,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		})
 	}
 	// SIGHUP reads the router configuration file again.
-	g.Go(func() error { a.onHangup(gctx, reloadRouter, routing); return nil })
+	g.Go(func() error { a.onHangup(gctx, hup, reloadRouter, routing); return nil })
 	err = g.Wait()
 	a.log.Info("stopped")
 	return err
@@ -616,10 +626,9 @@ func (a *app) reloadPools() ([]router.PoolConfig, error) {
 // onHangup reloads the router configuration's pools on each SIGHUP until
 // ctx ends: the router's change in place (reloadRouter, which also tells
 // routing), or, in an API alone, the pools jobs may name.
-func (a *app) onHangup(ctx context.Context, reloadRouter func() error, routing *dispatch.Routing) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// hup is subscribed before the process announces its ports, so that a
+// SIGHUP sent once it is up never meets the default action (exit).
+func (a *app) onHangup(ctx context.Context, hup <-chan os.Signal, reloadRouter func() error, routing *dispatch.Routing) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch/router/sqstest"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+// In `all` a job created while a worker is idle is delivered in process,
+// with no SQS request: the queue never holds it.
+func TestAllDeliversNewJobsInProcess(t *testing.T) {
+	t.Parallel()
+	in := start(t, "all", nil)
+	rc := newReceiver(t, nil)
+	var ids []string
+	for range 5 {
+		ids = append(ids, in.createJob(jobBody(rc.URL, nil)).ID)
+	}
+	for _, id := range ids {
+		in.waitStatus(id, 20*time.Second, "COMPLETED")
+	}
+	var queues []struct{ MessagesReceived int }
+	in.routerJSON("/monitoring/queues", &queues)
+	if len(queues) != 1 || queues[0].MessagesReceived != 0 || !in.queueEmpty() {
+		t.Errorf("/monitoring/queues = %+v, queue empty %v: want nothing received, nothing left", queues, in.queueEmpty())
+	}
+	if n, ok := sample(scrape(t, in.apiURL), "dispatch_router_messages_local_total"); !ok || n != 5 {
+		t.Errorf("dispatch_router_messages_local_total = %v (found %v), want 5", n, ok)
+	}
+	if n := rc.count(); n != 5 {
+		t.Errorf("target got %d requests for 5 jobs, want 5", n)
+	}
+}
+
+// A replica of `all` killed while it delivers a job in process leaves the
+// job to the others, as a killed router would: a delivery running long has
+// its pointer on the queue (LocalBackstop), and another replica waits out
+// the dead claim, records the lost attempt and delivers again.
+func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 5*time.Second)
+	arrived := make(chan struct{})
+	var once sync.Once
+	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
+		if n == 1 {
+			once.Do(func() { close(arrived) })
+			time.Sleep(3 * time.Second) // the first request is slow; its sender dies meanwhile
+		}
+		return http.StatusOK
+	})
+	env := baseEnv(dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2s"}) // claim lease 2×2s+15s
+	a := spawn(t, "all", env)
+	b := spawn(t, "all", env)
+	in := &instance{t: t, apiURL: a.apiURL, queue: q, dbURL: dbURL}
+	j := in.createJob(jobBody(rc.URL, nil))
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("delivery never started")
+	}
+	in.waitStatus(j.ID, 20*time.Second, "IN_PROGRESS") // the claim is written after a second
+	a.kill()
+	in.apiURL = b.apiURL
+	done := in.waitStatus(j.ID, 60*time.Second, "COMPLETED", "ERROR")
+	at := in.attempts(j.ID)
+	if done.Status != "COMPLETED" || len(at) != 2 || at[0].Status != "TIMEOUT" || at[1].Status != "SUCCESS" {
+		t.Fatalf("job %s with attempts %+v; want COMPLETED after a TIMEOUT (outcome unknown) and a SUCCESS", done.Status, at)
+	}
+}

@@ -1,0 +1,104 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dispatchhq/dispatch"
+)
+
+// LocalBackstop is how long a pointer taken in process (Offer) may be
+// mediated before its copy goes onto the queue anyway. A delivery that
+// runs that long has written its claim (the processor writes a deferred
+// claim after a second), and from then on only the queue's copy would
+// bring the job back were this process to die: the copy waits behind the
+// local mediation in its group's lane, and the job's state decides what
+// it does (nothing, once the delivery has ended).
+const LocalBackstop = 500 * time.Millisecond
+
+// local is what a message taken in process carries instead of a receipt:
+// how to put its pointer on the queue, once.
+type local struct {
+	once    sync.Once
+	requeue func(after time.Duration)
+}
+
+// send puts the pointer on the queue, to be mediated after the delay.
+func (l *local) send(after time.Duration) { l.once.Do(func() { l.requeue(after) }) }
+
+// backstop is send with no delay, for time.AfterFunc.
+func (l *local) backstop() { l.send(0) }
+
+// Offer takes the pointer of a job this process has just created and
+// committed straight into its pool, when a worker there is idle: the job is
+// mediated at once, without a round trip through the queue (SQS requests,
+// the queue's latency). It declines, and the caller sends the pointer to
+// the queue as usual, when the router is not running or is stopping, when
+// the pointer names an unknown or removed pool or one with a rate limit,
+// when the pool has no idle worker or the router no room, and for grouped
+// jobs (a group's order is kept by the queue and the lanes together).
+//
+// requeue puts the pointer on the queue, to be mediated after the delay it
+// is given. It is called at most once: when the mediation did not end the
+// job (its retry goes through the queue when due), when the router stops
+// before the mediation starts or cancels it (no delay), or when the
+// mediation runs past LocalBackstop (no delay). A job whose pointer is lost before any of these (the
+// process dies) still carries its send lease in the database, and the
+// outbox's sweep sends it when the lease ends.
+func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool {
+	if ptr.MessageGroupID != "" && ptr.MessageGroupID != ptr.ID {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.running || r.stopping {
+		return false
+	}
+	p := r.pools[ptr.PoolCode]
+	if p == nil || p.draining || p.rate() > 0 {
+		return false
+	}
+	idle := min(p.workers, p.concurrency) - p.inFlight - p.buffered
+	if idle <= 0 || len(r.groups)+r.reserved >= r.maxHeld {
+		return false
+	}
+	if _, busy := r.groups[ptr.ID]; busy { // a copy of it is held already
+		return false
+	}
+	seq := ptr.Sequence
+	if seq == 0 {
+		seq, _ = dispatch.ParseID(ptr.ID)
+	}
+	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: &local{requeue: requeue}}
+	m.ID = "local:" + ptr.ID
+	if r.cfg.Tracer.Enabled() {
+		m.traced = r.startLocal(ptr, traceContext, p)
+	}
+	r.metrics.local.Inc()
+	r.hold(m)
+	p.add(m)
+	return true
+}
+
+// startLocal starts the span of a pointer taken in process: an INTERNAL
+// span in the trace of the job's create, open until its mediation ends.
+func (r *Router) startLocal(ptr dispatch.Pointer, traceContext string, p *Pool) context.Context {
+	ctx := r.cfg.Tracer.Decode(context.Background(), traceContext)
+	ctx, _ = r.cfg.Tracer.Start(ctx, "deliver in process", trace.SpanKindInternal,
+		attribute.String("messaging.consumer.group.name", p.code),
+		attribute.String("dispatch.job.id", ptr.ID))
+	return ctx
+}
+
+// queueName is the name of the queue m came from ("" for one taken in
+// process).
+func (m *message) queueName() string {
+	if m.src == nil {
+		return ""
+	}
+	return m.src.name
+}

@@ -1,0 +1,74 @@
+package outbox_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// fakeLocal is a hand-written outbox.Local: it takes the pointers whose
+// ids it is told to and keeps their requeue functions.
+type fakeLocal struct {
+	mu      sync.Mutex
+	take    map[string]bool
+	offered []string
+	requeue map[string]func(time.Duration)
+}
+
+func (f *fakeLocal) Offer(ptr dispatch.Pointer, _ string, requeue func(time.Duration)) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.offered = append(f.offered, ptr.ID)
+	if !f.take[ptr.ID] {
+		return false
+	}
+	f.requeue[ptr.ID] = requeue
+	return true
+}
+
+// A handed pointer the router in this process takes never goes onto the
+// queue, unless it is requeued: with no delay (a long delivery, a stop) it
+// is sent at once; with one (a retry) its queued mark is cleared, for the
+// outbox query to send it when due. Declined pointers go to the queue as
+// before, and a grouped job, or one naming its queue, is never offered.
+func TestHandedPointersTakenInProcessSkipTheQueue(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	store := &fakeOutbox{}
+	p, _ := startPublisher(t, q.Open(t), store)
+	l := &fakeLocal{take: map[string]bool{"21": true, "22": true, "31": true}, requeue: map[string]func(time.Duration){}}
+	p.DeliverLocally(l)
+	mark := time.Now()
+	jobs := []dispatch.Unsent{{ID: 21, Mark: mark}, {ID: 22, Mark: mark}, {ID: 23, Mark: mark}, {ID: 31, GroupID: "g", Seq: 1, Mark: mark},
+		{ID: 32, QueueURL: "named", Mark: mark}}
+	p.Hand(jobs, len(jobs))
+
+	rq := q.Open(t)
+	got := drain(t, rq, 3)
+	ids := []string{got[0].ID, got[1].ID, got[2].ID}
+	slices.Sort(ids)
+	if fmt.Sprint(ids) != "[23 31 32]" {
+		t.Errorf("the queue got %v, want the declined 23, the grouped 31 and 32 (naming a queue no longer configured: the default) only", ids)
+	}
+	l.mu.Lock()
+	offered := slices.Clone(l.offered)
+	requeue, retry := l.requeue["22"], l.requeue["21"]
+	l.mu.Unlock()
+	if fmt.Sprint(offered) != "[21 22 23]" {
+		t.Errorf("offered %v, want the three ungrouped jobs [21 22 23]", offered)
+	}
+
+	retry(time.Minute)
+	if fmt.Sprint(store.ids(mark)) != "[21]" {
+		t.Errorf("unmarked %v, want the retried 21 (the outbox sends it when due)", store.ids(mark))
+	}
+	requeue(0)
+	back := drain(t, rq, 1)
+	if len(back) != 1 || back[0].ID != "22" || back[0].PoolCode == "" || back[0].MessageGroupID != "22" {
+		t.Errorf("requeued pointers %+v, want job 22 alone, in its own group, with a pool", back)
+	}
+}
