@@ -140,15 +140,14 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 			attributed += c.children[i]
 		}
 	}
-	if c.proxy > 0 {
-		without := ""
-		if c.boxTotal > 0 {
-			without = "; the whole box without it: " + perDelivery(max(c.box-c.proxy, 0), n)
-		}
-		fmt.Fprintf(tw, "  SQS counting proxy\t%s\t(this benchmark's, in front of SQS for the SQS requests line, not the service's; /proc/<pid>/stat%s)\n",
-			perDelivery(c.proxy, n), without)
-		attributed += c.proxy
+	// Printed even when idle: in `all` most jobs never reach the queue.
+	without := ""
+	if c.boxTotal > 0 {
+		without = "; the whole box without it: " + perDelivery(max(c.box-c.proxy, 0), n)
 	}
+	fmt.Fprintf(tw, "  SQS counting proxy\t%s\t(this benchmark's, in front of SQS for the SQS requests line, not the service's; /proc/<pid>/stat%s)\n",
+		perDelivery(c.proxy, n), without)
+	attributed += c.proxy
 	fmt.Fprintf(tw, "  PostgreSQL\t%s\t(%s this database's backends, %s the server's background processes)\n",
 		perDelivery(c.pgBench+c.pgBackground, n), perDelivery(c.pgBench, n), perDelivery(c.pgBackground, n))
 	fmt.Fprintf(tw, "  SQS stand-in\t%s\t(sqsfake; includes anyone else's use of it)\n", perDelivery(c.sqs, n))

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -70,5 +71,27 @@ func TestHandedPointersTakenInProcessSkipTheQueue(t *testing.T) {
 	back := drain(t, rq, 1)
 	if len(back) != 1 || back[0].ID != "22" || back[0].PoolCode == "" || back[0].MessageGroupID != "22" {
 		t.Errorf("requeued pointers %+v, want job 22 alone, in its own group, with a pool", back)
+	}
+}
+
+// A retried job whose queued mark cannot be cleared (the database may be
+// what failed its delivery) has its pointer sent at once instead: the
+// processor holds it back until it is due.
+func TestRetriedJobTakenInProcessIsSentWhenTheOutboxCannotTakeIt(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	store := &fakeOutbox{unmarkErr: errors.New("database down")}
+	p, _ := startPublisher(t, q.Open(t), store)
+	l := &fakeLocal{take: map[string]bool{"81": true}, requeue: map[string]func(time.Duration){}}
+	p.DeliverLocally(l)
+	p.Hand([]dispatch.Unsent{{ID: 81, Mark: time.Now()}}, 1)
+	l.mu.Lock()
+	retry := l.requeue["81"]
+	l.mu.Unlock()
+	if retry == nil {
+		t.Fatal("job 81 was not taken in process")
+	}
+	retry(time.Minute)
+	if got := drain(t, q.Open(t), 1); len(got) != 1 || got[0].ID != "81" {
+		t.Errorf("the queue got %+v, want job 81's pointer", got)
 	}
 }

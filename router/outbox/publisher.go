@@ -248,11 +248,21 @@ func (p *Publisher) offer(l Local, jobs []dispatch.Unsent) []dispatch.Unsent {
 // all. With no delay (its delivery runs long, or the router stopped) it is
 // sent now. A retry's delay cannot ride on a FIFO queue's message, so the
 // job's queued mark is cleared instead, and the outbox query sends it when
-// it is due, from whichever replica; so it is too when the publisher
-// cannot take it now.
+// it is due, from whichever replica. Should the database not take that
+// (it may be what failed the delivery), the pointer is sent now, and the
+// processor holds the job back until it is due, as for any early pointer;
+// when the publisher cannot take it either, the mark is cleared once more,
+// or left to the sweep.
 func (p *Publisher) requeue(u dispatch.Unsent, after time.Duration) {
 	jobs := []dispatch.Unsent{u}
-	if after > 0 || !p.Reserve(1) {
+	if after > 0 {
+		err := p.outbox.Unmark(context.Background(), []int64{u.ID}, u.Mark)
+		if err == nil {
+			return
+		}
+		p.log.Warn("could not give a retried job back to the outbox; sending its pointer now", "job_id", u.ID, "err", err)
+	}
+	if !p.Reserve(1) {
 		p.unmark(jobs)
 		p.Notify()
 		return

@@ -23,6 +23,7 @@ type fakeOutbox struct {
 	mu        sync.Mutex
 	unmarked  map[time.Time][]int64
 	confirmed []int64
+	unmarkErr error // Unmark fails with it (nil: it works)
 }
 
 func (f *fakeOutbox) ConfirmSent(_ context.Context, sent []dispatch.Unsent) error {
@@ -45,6 +46,9 @@ func (f *fakeOutbox) Sweep(context.Context, time.Time, time.Duration) (int64, in
 func (f *fakeOutbox) Unmark(_ context.Context, ids []int64, mark time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.unmarkErr != nil {
+		return f.unmarkErr
+	}
 	if f.unmarked == nil {
 		f.unmarked = map[time.Time][]int64{}
 	}

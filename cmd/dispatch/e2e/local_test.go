@@ -16,6 +16,10 @@ func TestAllDeliversNewJobsInProcess(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", nil)
 	rc := newReceiver(t, nil)
+	// A job created before the router runs goes through the queue.
+	var ready struct{ Status string }
+	eventually(t, 20*time.Second, func() bool { return in.routerJSON("/health/ready", &ready) == http.StatusOK },
+		func() string { return "the router never became ready" })
 	var ids []string
 	for range 5 {
 		ids = append(ids, in.createJob(jobBody(rc.URL, nil)).ID)
@@ -56,7 +60,11 @@ func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	env := baseEnv(dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2s"}) // claim lease 2×2s+15s
 	a := spawn(t, "all", env)
 	b := spawn(t, "all", env)
-	in := &instance{t: t, apiURL: a.apiURL, queue: q, dbURL: dbURL}
+	in := &instance{t: t, apiURL: a.apiURL, routerURL: a.routerURL, queue: q, dbURL: dbURL}
+	// Once a's router runs, the job a creates is a's to deliver in process.
+	var ready struct{ Status string }
+	eventually(t, 20*time.Second, func() bool { return in.routerJSON("/health/ready", &ready) == http.StatusOK },
+		func() string { return "a's router never became ready" })
 	j := in.createJob(jobBody(rc.URL, nil))
 	select {
 	case <-arrived:
@@ -65,7 +73,7 @@ func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	}
 	in.waitStatus(j.ID, 20*time.Second, "IN_PROGRESS") // the claim is written after a second
 	a.kill()
-	in.apiURL = b.apiURL
+	in.apiURL, in.routerURL = b.apiURL, b.routerURL
 	done := in.waitStatus(j.ID, 60*time.Second, "COMPLETED", "ERROR")
 	at := in.attempts(j.ID)
 	if done.Status != "COMPLETED" || len(at) != 2 || at[0].Status != "TIMEOUT" || at[1].Status != "SUCCESS" {
