@@ -667,6 +667,32 @@ func TestDeliveryLongerThanVisibilityIsNotDuplicated(t *testing.T) {
 	}
 }
 
+// slowFirstReceiver is a receiver whose first request takes hold before
+// it answers 200 (the others answer at once), and a channel closed when
+// that request has arrived.
+func slowFirstReceiver(t *testing.T, hold time.Duration) (*receiver, <-chan struct{}) {
+	arrived := make(chan struct{})
+	var once sync.Once
+	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
+		if n == 1 {
+			once.Do(func() { close(arrived) })
+			time.Sleep(hold)
+		}
+		return http.StatusOK
+	})
+	return rc, arrived
+}
+
+// waitClosed fails the test unless ch is closed within timeout.
+func waitClosed(t *testing.T, ch <-chan struct{}, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatal(what)
+	}
+}
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -700,15 +726,8 @@ func TestAPIKilledMidDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)
-	arrived := make(chan struct{})
-	var once sync.Once
-	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
-		if n == 1 {
-			once.Do(func() { close(arrived) })
-			time.Sleep(3 * time.Second) // the first request is slow; its sender dies meanwhile
-		}
-		return http.StatusOK
-	})
+	// The first request is slow; its sender dies meanwhile.
+	rc, arrived := slowFirstReceiver(t, 3*time.Second)
 	apiPort := freePort(t)
 	apiEnv := baseEnv(dbURL, q, map[string]string{
 		"DISPATCH_HTTP_ADDR":        fmt.Sprintf("127.0.0.1:%d", apiPort),
@@ -718,11 +737,7 @@ func TestAPIKilledMidDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	in := &instance{t: t, apiURL: api1.apiURL, queue: q, dbURL: dbURL}
 	startWith(t, "router", dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": api1.apiURL + "/api/dispatch/process"})
 	j := in.createJob(jobBody(rc.URL, nil))
-	select {
-	case <-arrived:
-	case <-time.After(20 * time.Second):
-		t.Fatal("delivery never started")
-	}
+	waitClosed(t, arrived, 20*time.Second, "delivery never started")
 	// The job was created by this API a moment ago, so its claim is
 	// deferred (written with the outcome) until the delivery has run for
 	// a second (docs/decisions/commits-per-delivery.md): the slow request

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,15 +47,8 @@ func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 5*time.Second)
-	arrived := make(chan struct{})
-	var once sync.Once
-	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
-		if n == 1 {
-			once.Do(func() { close(arrived) })
-			time.Sleep(3 * time.Second) // the first request is slow; its sender dies meanwhile
-		}
-		return http.StatusOK
-	})
+	// The first request is slow; its sender dies meanwhile.
+	rc, arrived := slowFirstReceiver(t, 3*time.Second)
 	env := baseEnv(dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2s"}) // claim lease 2×2s+15s
 	a := spawn(t, "all", env)
 	b := spawn(t, "all", env)
@@ -66,11 +58,7 @@ func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return in.routerJSON("/health/ready", &ready) == http.StatusOK },
 		func() string { return "a's router never became ready" })
 	j := in.createJob(jobBody(rc.URL, nil))
-	select {
-	case <-arrived:
-	case <-time.After(20 * time.Second):
-		t.Fatal("delivery never started")
-	}
+	waitClosed(t, arrived, 20*time.Second, "delivery never started")
 	in.waitStatus(j.ID, 20*time.Second, "IN_PROGRESS") // the claim is written after a second
 	a.kill()
 	in.apiURL, in.routerURL = b.apiURL, b.routerURL
