@@ -140,7 +140,7 @@ type Config struct {
 	Queues     []Queue
 	ProcessURL string
 	// LocalDelivery: in `all`, the router takes the pointers of jobs this
-	// process created straight into an idle worker (router.Router.Offer).
+	// process created straight into a pool with room (router.Router.Offer).
 	LocalDelivery bool
 	// ProcessURLSet is true when DISPATCH_PROCESS_URL was given explicitly.
 	ProcessURLSet bool

@@ -11,36 +11,40 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// LocalBackstop is how long a pointer taken in process (Offer) may be
-// mediated before its copy goes onto the queue anyway. A delivery that
-// runs that long has written its claim (the processor writes a deferred
-// claim after a second), and from then on only the queue's copy would
+// LocalBackstop is how long a pointer taken in process (Offer) may wait
+// and be mediated before its copy goes onto the queue anyway. A delivery
+// that runs past a second has written its claim (the processor writes a
+// deferred claim then), and from then on only the queue's copy would
 // bring the job back were this process to die: the copy waits behind the
-// local mediation in its group's lane, and the job's state decides what
-// it does (nothing, once the delivery has ended).
+// local message in its group's lane, and the job's state decides what it
+// does (nothing, once the delivery has ended). Until then the job's send
+// lease covers it.
 const LocalBackstop = 500 * time.Millisecond
 
 // local is what a message taken in process carries instead of a receipt:
-// how to put its pointer on the queue, once.
+// how to put its pointer on the queue, once, and the timer that does so
+// after LocalBackstop.
 type local struct {
-	once    sync.Once
-	requeue func(after time.Duration)
+	once     sync.Once
+	requeue  func(after time.Duration)
+	backstop *time.Timer
 }
 
 // send puts the pointer on the queue, to be mediated after the delay.
 func (l *local) send(after time.Duration) { l.once.Do(func() { l.requeue(after) }) }
 
-// backstop is send with no delay, for time.AfterFunc.
-func (l *local) backstop() { l.send(0) }
+// done stops the backstop: the mediation has ended.
+func (l *local) done() { l.backstop.Stop() }
 
 // Offer takes the pointer of a job this process has just created and
-// committed straight into its pool, when a worker there is idle: the job is
-// mediated at once, without a round trip through the queue (SQS requests,
-// the queue's latency). It declines, and the caller sends the pointer to
-// the queue as usual, when the router is not running or is stopping, when
-// the pointer names an unknown or removed pool or one with a rate limit,
-// when the pool has no idle worker or the router no room, and for grouped
-// jobs (a group's order is kept by the queue and the lanes together).
+// committed straight into its pool, when a worker there is idle or soon
+// will be: the job is mediated without a round trip through the queue
+// (SQS requests, the queue's latency). It declines, and the caller sends
+// the pointer to the queue as usual, when the router is not running or is
+// stopping, when the pointer names an unknown or removed pool or one with
+// a rate limit, when the pool's workers are busy and its buffer (the
+// router's Buffer) full or the router has no room, and for grouped jobs (a
+// group's order is kept by the queue and the lanes together).
 //
 // requeue puts the pointer on the queue, to be mediated after the delay it
 // is given. It is called at most once: when the mediation did not end the
@@ -62,8 +66,10 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	if p == nil || p.draining || p.rate() > 0 {
 		return false
 	}
-	idle := min(p.workers, p.concurrency) - p.inFlight - p.buffered
-	if idle <= 0 || len(r.groups)+r.reserved >= r.maxHeld {
+	// The room a receive has reserved is not counted: its long poll may
+	// hold it for seconds while nothing comes, and what it brings is
+	// bounded by the room left when it asked.
+	if p.inFlight+p.buffered >= min(p.workers, p.concurrency)+r.cfg.Buffer || len(r.groups) >= r.maxHeld {
 		return false
 	}
 	if _, busy := r.groups[ptr.ID]; busy { // a copy of it is held already
@@ -73,7 +79,9 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: &local{requeue: requeue}}
+	l := &local{requeue: requeue}
+	l.backstop = time.AfterFunc(LocalBackstop, func() { l.send(0) })
+	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: l}
 	m.ID = "local:" + ptr.ID
 	if r.cfg.Tracer.Enabled() {
 		m.traced = r.startLocal(ptr, traceContext, p)

@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,9 +44,10 @@ func TestOfferedPointerIsMediatedWithoutTheQueue(t *testing.T) {
 	}
 }
 
-// The router declines what it cannot start at once, and what must keep
-// its order on the queue: a grouped job, an unknown pool, a pool with no
-// idle worker, a pool with a rate limit, and anything once it stops.
+// The router declines what it cannot start soon, and what must keep its
+// order on the queue: a grouped job, an unknown pool, a pool whose workers
+// are busy and whose buffer (the router's Buffer, 10 by default) is full,
+// a pool with a rate limit, and anything once it stops.
 func TestOfferIsDeclinedUnlessAWorkerIsIdle(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -62,10 +64,16 @@ func TestOfferIsDeclinedUnlessAWorkerIsIdle(t *testing.T) {
 	}
 	o.offerWhenRunning(t, b.router, "52")
 	eventually(t, 5*time.Second, func() bool { return len(b.med.seen()) == 1 }, "52 in flight")
+	for id := 100; id < 110; id++ {
+		if !o.offer(b.router, strconv.Itoa(id)) {
+			t.Fatalf("pointer %d declined with %d of the buffer's 10 places taken", id, id-100)
+		}
+	}
 	if o.offer(b.router, "53") {
-		t.Error("a pointer was taken while the pool's only worker is busy")
+		t.Error("a pointer was taken while the pool's only worker is busy and its buffer full")
 	}
 	close(release)
+	eventually(t, 10*time.Second, func() bool { return len(b.med.seen()) == 11 }, "the buffered pointers mediated in turn")
 	eventually(t, 5*time.Second, func() bool { return o.offer(b.router, "54") }, "an offer taken once the worker is idle again")
 
 	limited, err := router.New(sqstest.New(t, 30*time.Second).Open(t), &fakeMediator{}, router.Config{

@@ -559,13 +559,9 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			mctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(m.traced))
 			trace.SpanFromContext(m.traced).AddEvent("mediation started")
 		}
-		var backstop *time.Timer
-		if m.local != nil {
-			backstop = time.AfterFunc(LocalBackstop, m.local.backstop)
-		}
 		err := r.med.Mediate(mctx, m.ptr)
-		if backstop != nil {
-			backstop.Stop()
+		if m.local != nil {
+			m.local.done()
 		}
 		p.observe(time.Since(start), err)
 		if m.traced != nil {

@@ -494,7 +494,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		}
 		reloadRouter = rt.Reload
 		if local != nil && a.cfg.LocalDelivery {
-			// New jobs go to an idle worker here before the queue.
+			// New jobs go to a pool here, when it has room, before the queue.
 			publisher.DeliverLocally(rt)
 		}
 		// The router reports its pools to the database every few seconds,
