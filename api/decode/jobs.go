@@ -44,7 +44,8 @@ func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems in
 			p.Add(k, "unknown field")
 			continue
 		}
-		if err := json.Unmarshal(v, &raw); err != nil {
+		var ok bool
+		if raw, ok = splitArray(v); !ok {
 			p.Add("jobs", "must be an array of job objects")
 		}
 	}
