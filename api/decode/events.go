@@ -100,11 +100,7 @@ func applySubscriptionFields(d fieldDecoder, sub *dispatch.Subscription, rules d
 	for _, k := range extra {
 		known[k] = true
 	}
-	for _, k := range sortedKeys(d.fields) {
-		if !known[k] {
-			d.p.Add(k, "unknown field")
-		}
-	}
+	addUnknown(d.p, d.fields, known)
 	if d.present("name") {
 		sub.Name = d.str("name", dispatch.MaxNameLen, true)
 	}
@@ -204,11 +200,7 @@ func Event(body []byte) (*dispatch.Event, any, error) {
 		return nil, nil, p.Err()
 	}
 	d := fieldDecoder{fields: fields, p: &p}
-	for _, k := range sortedKeys(fields) {
-		if !publishEventFields[k] {
-			p.Add(k, "unknown field")
-		}
-	}
+	addUnknown(&p, fields, publishEventFields)
 	e := &dispatch.Event{}
 	e.Source = d.str("source", dispatch.MaxSourceLen, true)
 	e.Type = d.str("type", dispatch.MaxTypeLen, true)

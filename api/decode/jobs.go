@@ -75,11 +75,7 @@ func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems in
 
 func jobFromFields(fields map[string]json.RawMessage, p dispatch.Problems, rules dispatch.JobRules, now time.Time) (*dispatch.Job, error) {
 	d := fieldDecoder{fields: fields, p: &p}
-	for _, k := range sortedKeys(fields) {
-		if !createJobFields[k] {
-			p.Add(k, "unknown field")
-		}
-	}
+	addUnknown(&p, fields, createJobFields)
 	j := &dispatch.Job{
 		Status:             dispatch.StatusPending,
 		Protocol:           dispatch.ProtocolHTTPWebhook,
