@@ -22,6 +22,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,14 +137,23 @@ func (e env) send(t *testing.T, url, group, dedup, body string) *sqs.SendMessage
 	return out
 }
 
+// receive receives up to max messages. Each call carries its own
+// ReceiveRequestAttemptId, as a careful client of a FIFO queue does: when
+// the SDK retries a receive whose answer it lost (seen on a loaded
+// machine: the first try's messages stayed in flight and the retry found
+// the group held), the retry gets the same messages.
 func (e env) receive(t *testing.T, url string, max, wait int32) []types.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(wait+10)*time.Second)
 	defer cancel()
-	out, err := e.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+	in := &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(url), MaxNumberOfMessages: max, WaitTimeSeconds: wait,
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
+	}
+	if strings.HasSuffix(url, ".fifo") {
+		in.ReceiveRequestAttemptId = aws.String(uniqueName("attempt"))
+	}
+	out, err := e.api.ReceiveMessage(ctx, in)
 	if err != nil {
 		t.Fatalf("ReceiveMessage: %v", err)
 	}
