@@ -28,10 +28,24 @@ type local struct {
 	once     sync.Once
 	requeue  func(after time.Duration)
 	backstop *time.Timer
+	counted  func(why string) // counts a requeue by its reason
 }
 
+// Why a job taken in process went onto the queue after all
+// (dispatch_router_local_requeued_total's reason).
+const (
+	requeueRetry    = "retry"    // its delivery is to be retried
+	requeueStop     = "stop"     // the router stopped before or during its delivery
+	requeueBackstop = "backstop" // LocalBackstop passed before its outcome
+)
+
 // send puts the pointer on the queue, to be mediated after the delay.
-func (l *local) send(after time.Duration) { l.once.Do(func() { l.requeue(after) }) }
+func (l *local) send(after time.Duration, why string) {
+	l.once.Do(func() {
+		l.counted(why)
+		l.requeue(after)
+	})
+}
 
 // done stops the backstop: the mediation has ended.
 func (l *local) done() { l.backstop.Stop() }
@@ -79,8 +93,8 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	l := &local{requeue: requeue}
-	l.backstop = time.AfterFunc(LocalBackstop, func() { l.send(0) })
+	l := &local{requeue: requeue, counted: func(why string) { r.metrics.localRequeued.WithLabelValues(why).Inc() }}
+	l.backstop = time.AfterFunc(LocalBackstop, func() { l.send(0, requeueBackstop) })
 	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: l}
 	m.ID = "local:" + ptr.ID
 	if r.cfg.Tracer.Enabled() {

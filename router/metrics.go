@@ -19,6 +19,9 @@ type metrics struct {
 	received   prometheus.Counter
 	duplicates prometheus.Counter
 	local      prometheus.Counter
+	// localRequeued: pointers taken in process that went onto the queue
+	// after all, by reason (retry, stop, backstop).
+	localRequeued *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -34,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Name: "dispatch_router_messages_local_total",
 			Help: "Pointers of jobs created in this process taken straight into a pool, without the queue (dispatch all).",
 		}),
+		localRequeued: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatch_router_local_requeued_total",
+			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (no outcome within 500 ms).",
+		}, []string{"reason"}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",
 		}),

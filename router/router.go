@@ -642,12 +642,16 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
 	changes := map[*source][]queue.Visibility{}
 	var requeue []*local
+	why := requeueRetry
 	defer func() {
 		for _, l := range requeue {
-			l.send(delay)
+			l.send(delay, why)
 		}
 	}()
 	r.mu.Lock()
+	if r.stopping {
+		why = requeueStop
+	}
 	for _, m := range msgs {
 		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
 			trace.SpanFromContext(m.traced).End()

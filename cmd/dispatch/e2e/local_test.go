@@ -10,7 +10,9 @@ import (
 )
 
 // In `all` a job created while a worker is idle is delivered in process,
-// with no SQS request: the queue never holds it.
+// with no SQS request: the queue holds it only should its outcome take
+// longer than the 500 ms backstop (a loaded machine), and then only a
+// copy, which finds the job done.
 func TestAllDeliversNewJobsInProcess(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", nil)
@@ -26,13 +28,19 @@ func TestAllDeliversNewJobsInProcess(t *testing.T) {
 	for _, id := range ids {
 		in.waitStatus(id, 20*time.Second, "COMPLETED")
 	}
+	fams := scrape(t, in.apiURL)
+	if n, ok := sample(fams, "dispatch_router_messages_local_total"); !ok || n != 5 {
+		t.Errorf("dispatch_router_messages_local_total = %v (found %v), want 5", n, ok)
+	}
+	backstopped, _ := sample(fams, "dispatch_router_local_requeued_total", "reason", "backstop")
+	eventually(t, 20*time.Second, in.queueEmpty, func() string { return "a copy left on the queue" })
 	var queues []struct{ MessagesReceived int }
 	in.routerJSON("/monitoring/queues", &queues)
-	if len(queues) != 1 || queues[0].MessagesReceived != 0 || !in.queueEmpty() {
-		t.Errorf("/monitoring/queues = %+v, queue empty %v: want nothing received, nothing left", queues, in.queueEmpty())
+	if len(queues) != 1 || float64(queues[0].MessagesReceived) != backstopped {
+		t.Errorf("/monitoring/queues = %+v with %v backstop copies: want only those received", queues, backstopped)
 	}
-	if n, ok := sample(scrape(t, in.apiURL), "dispatch_router_messages_local_total"); !ok || n != 5 {
-		t.Errorf("dispatch_router_messages_local_total = %v (found %v), want 5", n, ok)
+	if backstopped > 0 {
+		t.Logf("%v of 5 jobs took over 500 ms and had a copy sent (a loaded machine)", backstopped)
 	}
 	if n := rc.count(); n != 5 {
 		t.Errorf("target got %d requests for 5 jobs, want 5", n)
