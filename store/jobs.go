@@ -225,7 +225,8 @@ func nothingWritten(err error) bool {
 	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
-// CreateJobs stores a batch in one transaction: all valid jobs or none.
+// CreateJobs stores a batch in one transaction (one statement when no job
+// has an idempotency key): all valid jobs or none.
 // Nil entries (items rejected earlier) are skipped, so that results and
 // error messages keep the request's indices.
 func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
@@ -250,19 +251,44 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	if len(valid) == 0 {
 		return out, created, nil
 	}
-	// One transaction, so that a failure after the insert (the look-up of
-	// taken keys) takes the inserted jobs back with it: the caller's retry
-	// cannot store them twice.
+	var (
+		got  []dispatch.Job
+		made []bool
+		err  error
+	)
+	if anyKey(valid) {
+		got, made, err = s.createInTx(ctx, valid)
+	} else {
+		// One statement is all or nothing by itself, and with no
+		// idempotency key nothing follows it: no BEGIN and COMMIT round
+		// trips (insertJobs retries a clash of ids or a missing partition).
+		var hand func(bool)
+		got, made, hand, err = s.insertAndHand(ctx, s.pool, valid)
+		hand(err == nil)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, i := range index {
+		out[i], created[i] = got[k], made[k]
+	}
+	return out, created, nil
+}
+
+// createInTx stores jobs in one transaction, so that a failure after the
+// insert (the look-up of keys other jobs hold) takes the inserted jobs back
+// with it: the caller's retry cannot store them twice.
+func (s *Store) createInTx(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
 	var (
 		got  []dispatch.Job
 		made []bool
 		hand = func(bool) {}
+		err  error
 	)
-	var err error
 	for try := 0; try < 3; try++ {
 		err = s.withTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			got, made, hand, err = s.insertAndHand(ctx, tx, valid)
+			got, made, hand, err = s.insertAndHand(ctx, tx, jobs)
 			return err
 		})
 		hand(err == nil)
@@ -275,13 +301,17 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 			break
 		}
 	}
-	if err != nil {
-		return nil, nil, err
+	return got, made, err
+}
+
+// anyKey reports whether any of jobs has an idempotency key.
+func anyKey(jobs []*dispatch.Job) bool {
+	for _, j := range jobs {
+		if j.IdempotencyKey != "" {
+			return true
+		}
 	}
-	for k, i := range index {
-		out[i], created[i] = got[k], made[k]
-	}
-	return out, created, nil
+	return false
 }
 
 // querier is a pool or a transaction.
