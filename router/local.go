@@ -11,19 +11,20 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// LocalBackstop is how long a pointer taken in process (Offer) may wait
-// and be mediated before its copy goes onto the queue anyway. A delivery
-// that runs past a second has written its claim (the processor writes a
-// deferred claim then), and from then on only the queue's copy would
-// bring the job back were this process to die: the copy waits behind the
-// local message in its group's lane, and the job's state decides what it
-// does (nothing, once the delivery has ended). Until then the job's send
-// lease covers it.
+// LocalBackstop is how long a pointer taken in process (Offer) may wait in
+// its lane for a worker: one still waiting then leaves the lane and goes
+// onto the queue, where any replica's router may take it. Once its
+// mediation has started it stays: the processor writes the claim of a
+// delivery that runs past a second and stretches the job's send lease to
+// the claim's end, so should this process die, the outbox's sweep sends
+// the pointer once the claim has gone stale (store.RecordClaim). Sending a
+// copy instead would let another replica claim the job, still PENDING in
+// the database in that second, and deliver it twice.
 const LocalBackstop = 500 * time.Millisecond
 
 // local is what a message taken in process carries instead of a receipt:
-// how to put its pointer on the queue, once, and the timer that does so
-// after LocalBackstop.
+// how to put its pointer on the queue, once, and the timer that moves it
+// there should it wait LocalBackstop for a worker.
 type local struct {
 	once     sync.Once
 	requeue  func(after time.Duration)
@@ -36,7 +37,7 @@ type local struct {
 const (
 	requeueRetry    = "retry"    // its delivery is to be retried
 	requeueStop     = "stop"     // the router stopped before or during its delivery
-	requeueBackstop = "backstop" // LocalBackstop passed before its outcome
+	requeueBackstop = "backstop" // it waited LocalBackstop for a worker
 )
 
 // send puts the pointer on the queue, to be mediated after the delay.
@@ -63,10 +64,10 @@ func (l *local) done() { l.backstop.Stop() }
 // requeue puts the pointer on the queue, to be mediated after the delay it
 // is given. It is called at most once: when the mediation did not end the
 // job (its retry goes through the queue when due), when the router stops
-// before the mediation starts or cancels it (no delay), or when the
-// mediation runs past LocalBackstop (no delay). A job whose pointer is lost before any of these (the
-// process dies) still carries its send lease in the database, and the
-// outbox's sweep sends it when the lease ends.
+// before the mediation starts or cancels it (no delay), or when the job
+// waited LocalBackstop for a worker (no delay). A job whose pointer is
+// lost otherwise (the process dies) still carries its send lease in the
+// database, and the outbox's sweep sends it when the lease ends.
 func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool {
 	if ptr.MessageGroupID != "" && ptr.MessageGroupID != ptr.ID {
 		return false
@@ -94,9 +95,9 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
 	l := &local{requeue: requeue, counted: func(why string) { r.metrics.localRequeued.WithLabelValues(why).Inc() }}
-	l.backstop = time.AfterFunc(LocalBackstop, func() { l.send(0, requeueBackstop) })
 	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: l}
 	m.ID = "local:" + ptr.ID
+	l.backstop = time.AfterFunc(LocalBackstop, func() { r.moveToQueue(m) })
 	if r.cfg.Tracer.Enabled() {
 		m.traced = r.startLocal(ptr, traceContext, p)
 	}
@@ -104,6 +105,22 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	r.hold(m)
 	p.add(m)
 	return true
+}
+
+// moveToQueue puts a message taken in process that still waits for a
+// worker onto the queue instead; one whose mediation has started stays.
+func (r *Router) moveToQueue(m *message) {
+	r.mu.Lock()
+	if !m.started.IsZero() || !m.pool.remove(m) {
+		r.mu.Unlock()
+		return
+	}
+	r.unhold(m)
+	r.mu.Unlock()
+	if m.traced != nil {
+		trace.SpanFromContext(m.traced).End()
+	}
+	m.local.send(0, requeueBackstop)
 }
 
 // startLocal starts the span of a pointer taken in process: an INTERNAL

@@ -73,7 +73,9 @@ func TestOfferIsDeclinedUnlessAWorkerIsIdle(t *testing.T) {
 		t.Error("a pointer was taken while the pool's only worker is busy and its buffer full")
 	}
 	close(release)
-	eventually(t, 10*time.Second, func() bool { return len(b.med.seen()) == 11 }, "the buffered pointers mediated in turn")
+	// Each waiting one is mediated in turn or, had it waited LocalBackstop
+	// (a loaded machine), moved to the queue.
+	eventually(t, 10*time.Second, func() bool { return len(b.med.seen())+int(o.requeued.Load()) == 11 }, "the buffered pointers mediated in turn")
 	eventually(t, 5*time.Second, func() bool { return o.offer(b.router, "54") }, "an offer taken once the worker is idle again")
 
 	limited, err := router.New(sqstest.New(t, 30*time.Second).Open(t), &fakeMediator{}, router.Config{
@@ -113,22 +115,31 @@ func TestOfferedPointerToRetryIsRequeued(t *testing.T) {
 	}
 }
 
-// A mediation that runs past LocalBackstop has its pointer put on the
-// queue while it runs, so that were this process to die the queue would
-// bring the job back; it ends done, and nothing more is requeued.
-func TestLongLocalMediationIsBackedByTheQueue(t *testing.T) {
+// A job taken in process that waits LocalBackstop for a worker leaves its
+// lane for the queue, where any replica's router may take it, and is not
+// mediated here; a mediation that runs longer stays, and is not copied to
+// the queue (another replica would find the job PENDING and deliver it
+// twice).
+func TestLocalPointerWaitingTooLongGoesToTheQueue(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	b := setup(t, 2, func(dispatch.Pointer, int) error {
+	b := setup(t, 1, func(dispatch.Pointer, int) error {
 		<-release
 		return nil
 	})
-	var o offerer
-	o.offerWhenRunning(t, b.router, "71")
-	eventually(t, 10*time.Second, func() bool { return o.requeued.Load() == 1 }, "the long mediation's pointer put on the queue")
+	var running, waiting offerer
+	running.offerWhenRunning(t, b.router, "71")
+	eventually(t, 5*time.Second, func() bool { return len(b.med.seen()) == 1 }, "71 in flight")
+	if !waiting.offer(b.router, "72") {
+		t.Fatal("72 was not taken to wait in the lane")
+	}
+	eventually(t, 10*time.Second, func() bool { return waiting.requeued.Load() == 1 }, "the waiting pointer moved to the queue")
+	if n := len(b.router.InFlight()); n != 1 {
+		t.Errorf("the router holds %d messages after the move, want 71 alone", n)
+	}
 	close(release)
-	eventually(t, 5*time.Second, func() bool { return len(b.router.InFlight()) == 0 }, "the mediation ended")
-	if n := o.requeued.Load(); n != 1 {
-		t.Errorf("requeued %d times, want once", n)
+	eventually(t, 5*time.Second, func() bool { return len(b.router.InFlight()) == 0 }, "71 ended")
+	if seen := b.med.seen(); len(seen) != 1 || running.requeued.Load() != 0 {
+		t.Errorf("mediated %v, 71 requeued %d times: want 71 alone, never requeued", seen, running.requeued.Load())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -946,6 +947,27 @@ func (p *Pool) next(stopping *bool) *message {
 	p.inFlight++
 	m.started = time.Now()
 	return m
+}
+
+// remove takes the buffered message m out of its lane, and reports
+// whether it was there (lock held).
+func (p *Pool) remove(m *message) bool {
+	lane := p.lanes[m.group]
+	i := slices.Index(lane, m)
+	if i < 0 {
+		return false
+	}
+	lane = slices.Delete(lane, i, i+1)
+	p.buffered--
+	if len(lane) > 0 {
+		p.lanes[m.group] = lane
+		return true
+	}
+	delete(p.lanes, m.group)
+	if j := slices.Index(p.ready, m.group); j >= 0 {
+		p.ready = slices.Delete(p.ready, j, j+1)
+	}
+	return true
 }
 
 // finish ends m's mediation and frees its group (lock held).

@@ -120,10 +120,17 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 // returned it: the job goes from PENDING to IN_PROGRESS under the claim's
 // lease. It reports false when the job had moved on meanwhile (cancelled,
 // or claimed through another copy of its pointer).
+//
+// A send lease still running (the pointer's send not confirmed: a job
+// delivered in process never had one sent) is stretched to the claim's
+// end instead of ended: should this process die mid-delivery, no message
+// on a queue would bring the job back, and the sweep sends its pointer
+// once the claim has gone stale. The record ends the lease as usual.
 func (s *Store) RecordClaim(ctx context.Context, j dispatch.Job) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = $2,
-			last_attempt_at = $3, claimed_until = $4, updated_at = $3, send_lease = NULL
+			last_attempt_at = $3, claimed_until = $4, updated_at = $3,
+			send_lease = CASE WHEN send_lease IS NOT NULL THEN greatest(send_lease, $4) END
 		WHERE id = $1 AND status = 'PENDING' AND attempt_count = $2 - 1`,
 		j.ID, j.AttemptCount, j.LastAttemptAt, j.ClaimedUntil)
 	if err != nil {

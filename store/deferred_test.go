@@ -104,6 +104,36 @@ func TestRecordClaimWritesADeferredClaim(t *testing.T) {
 	}
 }
 
+// A deferred claim written while its pointer's send is unconfirmed (a job
+// delivered in process: none was sent) keeps the job owed a pointer: should
+// the process die mid-delivery, the sweep sends one once the claim has gone
+// stale, and not before. The record ends that for good.
+func TestRecordClaimKeepsAnUnsentJobOwedAPointer(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	c := deferred(t, st)
+	if held, err := st.RecordClaim(t.Context(), c.Job); err != nil || !held {
+		t.Fatalf("RecordClaim: held %v (%v), want true", held, err)
+	}
+	until := *c.Job.ClaimedUntil
+	if _, requeued, err := st.Sweep(t.Context(), until.Add(-time.Second), 15*time.Minute); err != nil || requeued != 0 {
+		t.Errorf("a sweep within the claim requeued %d (%v), want 0", requeued, err)
+	}
+	if _, requeued, err := st.Sweep(t.Context(), until.Add(time.Second), 15*time.Minute); err != nil || requeued != 1 {
+		t.Errorf("a sweep past the claim requeued %d (%v), want the job whose process died", requeued, err)
+	}
+
+	c = deferred(t, st)
+	if held, err := st.RecordClaim(t.Context(), c.Job); err != nil || !held {
+		t.Fatalf("RecordClaim: held %v (%v), want true", held, err)
+	}
+	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted}, true)
+	if _, requeued, err := st.Sweep(t.Context(), c.Job.ClaimedUntil.Add(time.Hour), 15*time.Minute); err != nil || requeued != 0 {
+		t.Errorf("a sweep after the record requeued %d (%v), want 0", requeued, err)
+	}
+}
+
 // Each job is claimed in memory at most once, and only as the claim
 // statement would take it; everything else is claimed from the database.
 func TestOnlyAFreshDueJobIsClaimedDeferred(t *testing.T) {

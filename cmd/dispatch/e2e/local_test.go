@@ -10,9 +10,8 @@ import (
 )
 
 // In `all` a job created while a worker is idle is delivered in process,
-// with no SQS request: the queue holds it only should its outcome take
-// longer than the 500 ms backstop (a loaded machine), and then only a
-// copy, which finds the job done.
+// with no SQS request: the queue holds it only should it wait 500 ms for a
+// worker (a loaded machine), and then instead of the pool.
 func TestAllDeliversNewJobsInProcess(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", nil)
@@ -37,10 +36,10 @@ func TestAllDeliversNewJobsInProcess(t *testing.T) {
 	var queues []struct{ MessagesReceived int }
 	in.routerJSON("/monitoring/queues", &queues)
 	if len(queues) != 1 || float64(queues[0].MessagesReceived) != backstopped {
-		t.Errorf("/monitoring/queues = %+v with %v backstop copies: want only those received", queues, backstopped)
+		t.Errorf("/monitoring/queues = %+v with %v jobs moved there by the backstop: want only those received", queues, backstopped)
 	}
 	if backstopped > 0 {
-		t.Logf("%v of 5 jobs took over 500 ms and had a copy sent (a loaded machine)", backstopped)
+		t.Logf("%v of 5 jobs waited 500 ms for a worker and went through the queue (a loaded machine)", backstopped)
 	}
 	if n := rc.count(); n != 5 {
 		t.Errorf("target got %d requests for 5 jobs, want 5", n)
@@ -48,9 +47,10 @@ func TestAllDeliversNewJobsInProcess(t *testing.T) {
 }
 
 // A replica of `all` killed while it delivers a job in process leaves the
-// job to the others, as a killed router would: a delivery running long has
-// its pointer on the queue (LocalBackstop), and another replica waits out
-// the dead claim, records the lost attempt and delivers again.
+// job to the others, as a killed router would: the claim a delivery
+// running long writes keeps the job owed a pointer, the sweep of the other
+// replica sends it once the claim has gone stale, and that replica records
+// the lost attempt and delivers again.
 func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
