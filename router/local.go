@@ -29,7 +29,6 @@ type local struct {
 	once     sync.Once
 	requeue  func(after time.Duration)
 	backstop *time.Timer
-	counted  func(why string) // counts a requeue by its reason
 }
 
 // Why a job taken in process went onto the queue after all
@@ -40,12 +39,21 @@ const (
 	requeueBackstop = "backstop" // it waited LocalBackstop for a worker
 )
 
-// send puts the pointer on the queue, to be mediated after the delay.
-func (l *local) send(after time.Duration, why string) {
+// send puts the pointer on the queue, to be mediated after the delay, and
+// reports whether this call did (only the first does).
+func (l *local) send(after time.Duration) (sent bool) {
 	l.once.Do(func() {
-		l.counted(why)
 		l.requeue(after)
+		sent = true
 	})
+	return sent
+}
+
+// requeued sends l's pointer to the queue and counts it by why.
+func (r *Router) requeued(l *local, after time.Duration, why string) {
+	if l.send(after) {
+		r.metrics.localRequeued.WithLabelValues(why).Inc()
+	}
 }
 
 // done stops the backstop: the mediation has ended.
@@ -94,7 +102,7 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	l := &local{requeue: requeue, counted: func(why string) { r.metrics.localRequeued.WithLabelValues(why).Inc() }}
+	l := &local{requeue: requeue}
 	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: l}
 	m.ID = "local:" + ptr.ID
 	l.backstop = time.AfterFunc(LocalBackstop, func() { r.moveToQueue(m) })
@@ -120,7 +128,7 @@ func (r *Router) moveToQueue(m *message) {
 	if m.traced != nil {
 		trace.SpanFromContext(m.traced).End()
 	}
-	m.local.send(0, requeueBackstop)
+	r.requeued(m.local, 0, requeueBackstop)
 }
 
 // startLocal starts the span of a pointer taken in process: an INTERNAL

@@ -644,11 +644,6 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	changes := map[*source][]queue.Visibility{}
 	var requeue []*local
 	why := requeueRetry
-	defer func() {
-		for _, l := range requeue {
-			l.send(delay, why)
-		}
-	}()
 	r.mu.Lock()
 	if r.stopping {
 		why = requeueStop
@@ -670,6 +665,9 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	r.mu.Unlock()
 	for s, c := range changes {
 		r.changeVisibility(s, c, "cannot change visibility; the messages return when their timeout ends")
+	}
+	for _, l := range requeue {
+		r.requeued(l, delay, why)
 	}
 }
 

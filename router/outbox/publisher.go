@@ -191,8 +191,8 @@ type Local interface {
 }
 
 // DeliverLocally has handed pointers offered to l before they are sent:
-// in `dispatch all` the router in the same process mediates a new job at
-// once when a worker is idle, with no SQS request. The job's row is marked
+// in `dispatch all` the router in the same process mediates a new job when
+// a worker is idle or soon will be, with no SQS request. The job's row is marked
 // queued under a send lease either way, so a pointer lost with the process
 // is sent by the sweep when the lease ends.
 func (p *Publisher) DeliverLocally(l Local) {
@@ -245,8 +245,8 @@ func (p *Publisher) offer(l Local, jobs []dispatch.Unsent) []dispatch.Unsent {
 }
 
 // requeue puts the pointer of a job taken in process on the queue after
-// all. With no delay (its delivery runs long, or the router stopped) it is
-// sent now. A retry's delay cannot ride on a FIFO queue's message, so the
+// all. With no delay (it waited too long for a worker, or the router
+// stopped) it is sent now. A retry's delay cannot ride on a FIFO queue's message, so the
 // job's queued mark is cleared instead, and the outbox query sends it when
 // it is due, from whichever replica. Should the database not take that
 // (it may be what failed the delivery), the pointer is sent now, and the
