@@ -76,3 +76,24 @@ func TestAllKilledMidLocalDeliveryJobIsTakenOverAndCompletes(t *testing.T) {
 		t.Fatalf("job %s with attempts %+v; want COMPLETED after a TIMEOUT (outcome unknown) and a SUCCESS", done.Status, at)
 	}
 }
+
+// The Overview of `dispatch all` names a delivery it holds in process as
+// such: it came from no queue.
+func TestConsoleShowsADeliveryTakenInProcess(t *testing.T) {
+	t.Parallel()
+	slow := map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s"} // the held delivery stays IN_PROGRESS
+	in := start(t, "all", slow)
+	rc := hangingReceiver(t)
+	var ready struct{ Status string }
+	eventually(t, 20*time.Second, func() bool { return in.routerJSON("/health/ready", &ready) == http.StatusOK },
+		func() string { return "the router never became ready" })
+	held := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/hang", "payload": `{"n":1}`})
+	in.waitStatus(held.ID, 30*time.Second, "IN_PROGRESS")
+
+	b := newBrowser(t, in.apiURL)
+	b.signIn()
+	b.waitFor("the held delivery, taken in process", `[...document.querySelectorAll('#pools .router-in-flight')].some((e) =>
+		e.querySelector('a') && e.querySelector('a').textContent === `+quoteJS(held.ID)+` && e.textContent.includes('mediating') &&
+		e.textContent.includes('mediating, pool DISPATCH-POOL, taken in process'))`)
+	b.shot("23-overview-in-process")
+}

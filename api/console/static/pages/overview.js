@@ -162,7 +162,15 @@ function inFlightLine(f) {
     ` (${f.mediating.toLocaleString()} mediating, ${f.buffered.toLocaleString()} buffered)`,
     o ? [' · oldest ', h('strong', { class: 'oldest-age' }, duration(o.ageMillis / 1000)), ': job ',
       h('a', { href: '#/jobs/' + encodeURIComponent(o.jobId), class: 'mono' }, o.jobId),
-      h('span', { class: 'muted' }, ` ${o.state.toLowerCase()}, group ${o.groupId}, pool ${o.pool}, queue ${o.queue}`)] : null);
+      h('span', { class: 'muted' }, ' ' + heldWhere(o))] : null);
+}
+
+// heldWhere: a held message's state, group (an ungrouped job is its own,
+// not worth naming), pool, and queue, or that it came from none: taken in
+// process by dispatch all.
+function heldWhere(o) {
+  return [o.state.toLowerCase(), o.groupId && o.groupId !== o.jobId ? 'group ' + o.groupId : null, 'pool ' + o.pool,
+    o.queue ? 'queue ' + o.queue : 'taken in process'].filter(Boolean).join(', ');
 }
 
 // warningsList: the router's latest warnings, the latest first; repeats
