@@ -240,16 +240,20 @@ func sortedKeys[V any](m map[string]V) []string {
 // unknown: a body that is right, the usual case, costs a map lookup a
 // field.
 func addUnknown(p *dispatch.Problems, fields map[string]json.RawMessage, known map[string]bool) {
+	unknown := false
 	for k := range fields {
-		if known[k] {
-			continue
+		if !known[k] {
+			unknown = true
+			break
 		}
-		for _, k := range sortedKeys(fields) {
-			if !known[k] {
-				p.Add(k, "unknown field")
-			}
-		}
+	}
+	if !unknown {
 		return
+	}
+	for _, k := range sortedKeys(fields) {
+		if !known[k] {
+			p.Add(k, "unknown field")
+		}
 	}
 }
 
