@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Credentials are bound to the targets an admin allows them for:
@@ -99,7 +100,7 @@ func TargetAllowed(allowed []string, target string) bool {
 		return false
 	}
 	for _, a := range allowed {
-		e, ok := parseTarget(a)
+		e, ok := parseAllowed(a)
 		if !ok || e.origin != t.origin {
 			continue
 		}
@@ -173,6 +174,42 @@ type parsedTarget struct {
 	origin string // scheme://host[:port], normalised
 	path   string // decoded
 	clean  bool   // no dot segments, encoded slashes or backslashes
+}
+
+// allowedParsed remembers allowedTargets entries parsed: every delivery with
+// credentials checks its target against them, and they are few (an admin
+// writes them), where targets are many. It stops growing at
+// maxAllowedParsed entries; past that, entries are parsed each time.
+var allowedParsed struct {
+	sync.RWMutex
+	m map[string]allowedEntry
+}
+
+type allowedEntry struct {
+	t  parsedTarget
+	ok bool
+}
+
+const maxAllowedParsed = 4096
+
+// parseAllowed is parseTarget for an allowedTargets entry, remembered.
+func parseAllowed(raw string) (parsedTarget, bool) {
+	allowedParsed.RLock()
+	e, found := allowedParsed.m[raw]
+	allowedParsed.RUnlock()
+	if found {
+		return e.t, e.ok
+	}
+	e.t, e.ok = parseTarget(raw)
+	allowedParsed.Lock()
+	if allowedParsed.m == nil {
+		allowedParsed.m = make(map[string]allowedEntry)
+	}
+	if len(allowedParsed.m) < maxAllowedParsed {
+		allowedParsed.m[raw] = e
+	}
+	allowedParsed.Unlock()
+	return e.t, e.ok
 }
 
 func parseTarget(raw string) (parsedTarget, bool) {

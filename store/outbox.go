@@ -66,7 +66,7 @@ func (s *Store) ConfirmSent(ctx context.Context, sent []dispatch.Unsent) error {
 // mark by its place in the arrays, and the batch is an array, not a join:
 // joined with unnest, the generic plan walked every job in the id range
 // against the whole batch, 1.2 s a call on a table of 5,000,000 jobs.
-var confirmSentSQL = `
+var confirmSentSQL = &boundedSQL{sql: `
 	UPDATE dispatch_job SET send_lease = NULL
 	WHERE id = ANY (ARRAY(
 		SELECT l.id FROM dispatch_job l
@@ -74,7 +74,7 @@ var confirmSentSQL = `
 			AND l.queued_at = ($2::timestamptz[])[array_position($1::bigint[], l.id)]
 		ORDER BY l.id
 		FOR UPDATE OF l SKIP LOCKED))
-		AND id BETWEEN {lo} AND {hi}`
+		AND id BETWEEN {lo} AND {hi}`}
 
 // PublishDue takes up to limit due jobs whose pointer is not on the queue,
 // hands them to send, and returns how many send reports as sent

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bwmarrin/snowflake"
@@ -75,10 +76,26 @@ func (s *Store) idBounds(ids []int64) (lo, hi string) {
 	return strconv.FormatInt(IDAt(from), 10), strconv.FormatInt(IDAt(to)-1, 10)
 }
 
-// withBounds puts the literal bounds lo and hi into sql in place of its
-// {lo} and {hi}.
-func withBounds(sql, lo, hi string) string {
-	return strings.NewReplacer("{lo}", lo, "{hi}", hi).Replace(sql)
+// boundedSQL is a statement with {lo} and {hi} in place of the literal
+// bounds of its batch's ids (idBounds). The bounds change once a partition
+// interval, so it keeps the text it made last: nearly every batch reuses
+// it instead of building a few kilobytes of SQL (most of a delivery's
+// allocations when batches are small).
+type boundedSQL struct {
+	sql  string
+	last atomic.Pointer[boundedText]
+}
+
+type boundedText struct{ lo, hi, text string }
+
+// withBounds is b's statement with the literal bounds lo and hi.
+func withBounds(b *boundedSQL, lo, hi string) string {
+	if t := b.last.Load(); t != nil && t.lo == lo && t.hi == hi {
+		return t.text
+	}
+	text := strings.NewReplacer("{lo}", lo, "{hi}", hi).Replace(b.sql)
+	b.last.Store(&boundedText{lo: lo, hi: hi, text: text})
+	return text
 }
 
 // HistoryReport is what one upkeep pass did.
