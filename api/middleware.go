@@ -120,8 +120,10 @@ func (s *Server) logRequests(c *gin.Context) {
 	if c.Writer.Status() >= 500 {
 		level = slog.LevelError
 	}
-	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "route", route,
-		"status", c.Writer.Status(), "duration_ms", took.Milliseconds())
+	if ctx := c.Request.Context(); s.log.Enabled(ctx, level) {
+		s.log.Log(ctx, level, "request", "method", c.Request.Method, "route", route,
+			"status", c.Writer.Status(), "duration_ms", took.Milliseconds())
+	}
 }
 
 // metricMethod is the method as a metric label: a client's made-up
