@@ -27,12 +27,14 @@ DISPATCH_QUEUE_CREATE          ?= true
 DISPATCH_ALLOW_PRIVATE_TARGETS ?= true
 DISPATCH_LOG_FORMAT            ?= text
 
-# make bench: throughput and fixed rate, each in every mode of BENCH_MODES
-# (`all`, `split`); BENCH_ARGS goes to every run (-clients 16, -concurrency
-# 100, -batch 50; see `./bin/dispatch-bench -h`).
-BENCH_JOBS     ?= 5000
-BENCH_RATE     ?= 200
-BENCH_DURATION ?= 10s
+# make bench: throughput, fixed rate and batch ingest, each in every mode of
+# BENCH_MODES (`all`, `split`); BENCH_ARGS goes to every run (-clients 16,
+# -concurrency 100; see `./bin/dispatch-bench -h`).
+BENCH_JOBS       ?= 5000
+BENCH_RATE       ?= 200
+BENCH_DURATION   ?= 10s
+BENCH_BATCH_JOBS ?= 30000
+BENCH_BATCH      ?= 100
 BENCH_MODES    ?= all split
 BENCH_ARGS     ?=
 SOAK_JOBS    ?= 100000
@@ -137,8 +139,8 @@ $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/$(@D) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(@D)/golangci-lint $@
 
-bench: up build ## dispatch-bench: throughput (BENCH_JOBS), then a fixed BENCH_RATE for BENCH_DURATION, each in `all` and split (BENCH_MODES); then the Go benchmarks
-	@$(DEV_ENV); for load in "-jobs $(BENCH_JOBS)" "-rate $(BENCH_RATE) -duration $(BENCH_DURATION)"; do \
+bench: up build ## dispatch-bench: throughput (BENCH_JOBS), a fixed BENCH_RATE for BENCH_DURATION, and batch ingest (BENCH_BATCH_JOBS in batches of BENCH_BATCH), each in `all` and split (BENCH_MODES); then the Go benchmarks
+	@$(DEV_ENV); for load in "-jobs $(BENCH_JOBS)" "-rate $(BENCH_RATE) -duration $(BENCH_DURATION)" "-jobs $(BENCH_BATCH_JOBS) -batch $(BENCH_BATCH)"; do \
 		for mode in $(BENCH_MODES); do \
 			case "$$mode" in all) split= ;; split) split=-split ;; *) echo "bench: BENCH_MODES: $$mode is neither all nor split" >&2; exit 2 ;; esac; \
 			echo "== $$mode: $$load"; \
