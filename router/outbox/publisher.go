@@ -36,10 +36,20 @@ const confirmEvery = 5 * time.Second
 // confirmBatch flushes confirmations early once this many wait.
 const confirmBatch = 5000
 
+// handedTurn is how long sendHanded goes on sending hand-offs while more
+// keep coming before Run takes its turn (confirmations, the outbox pass,
+// the sweep).
+const handedTurn = 100 * time.Millisecond
+
 // maxHanded bounds the pointers handed over at creation and not yet sent.
 // Past it new jobs go through the outbox query instead; it is also what a
-// crash of this process can leave for the sweep.
-const maxHanded = 1000
+// crash of this process can leave for the sweep. A job sent by the outbox
+// is claimed with a statement of its own, where a handed one is claimed in
+// memory (store.freshJobs): at 1,000, creates outrunning deliveries in
+// split mode sent a third of the jobs through the outbox, and deliveries
+// fell behind further; the room a second of creates needs keeps that to a
+// few percent, at about 110 bytes a pointer.
+const maxHanded = 5000
 
 // FailingSubscriptions disables subscriptions that have failed every
 // delivery for a while; the publisher's sweep runs it.
@@ -93,9 +103,11 @@ type Publisher struct {
 	local    Local             // takes handed pointers in process first (nil: none)
 
 	// sent pointers whose send leases are still to be confirmed (Run's
-	// goroutine only), and when the first of them was sent.
+	// goroutine only), when the first of them was sent, and the
+	// confirmation being written (nil: none).
 	unconfirmed []dispatch.Unsent
 	firstSent   time.Time
+	confirming  chan struct{}
 
 	// Run's goroutine only: the queues by key, each queue's health, and
 	// the keys already warned about (no longer configured).
@@ -364,57 +376,95 @@ func (p *Publisher) Run(ctx context.Context) error {
 }
 
 // confirm writes the sent pointers' confirmations once a batch is full or
-// the oldest has waited confirmEvery (or now, with all). A confirmation
-// that fails costs at most a duplicate pointer: the sweep sends the job
-// again when its lease runs out, and the processor drops the copy.
+// the oldest has waited confirmEvery, in the background so that sends go
+// on meanwhile, one confirmation at a time; with all, it waits for the one
+// being written and writes the rest now. A confirmation that fails costs
+// at most a duplicate pointer: the sweep sends the job again when its
+// lease runs out, and the processor drops the copy.
 func (p *Publisher) confirm(ctx context.Context, all bool) {
+	if p.confirming != nil {
+		if all {
+			<-p.confirming
+		} else {
+			select {
+			case <-p.confirming:
+			default:
+				return // the last one is still being written
+			}
+		}
+		p.confirming = nil
+	}
 	n := len(p.unconfirmed)
 	if n == 0 || (!all && n < confirmBatch && time.Since(p.firstSent) < confirmEvery) {
 		return
 	}
-	if err := p.outbox.ConfirmSent(ctx, p.unconfirmed); err != nil {
-		p.log.Warn("could not confirm sent pointers; the sweep will send them again", "jobs", n, "err", err)
+	sent := p.unconfirmed
+	p.unconfirmed = nil
+	write := func() {
+		if err := p.outbox.ConfirmSent(ctx, sent); err != nil {
+			p.log.Warn("could not confirm sent pointers; the sweep will send them again", "jobs", len(sent), "err", err)
+		}
 	}
-	p.unconfirmed = p.unconfirmed[:0]
+	if all {
+		write()
+		return
+	}
+	done := make(chan struct{})
+	p.confirming = done
+	go func() {
+		defer close(done)
+		write()
+	}()
 }
 
-// sendHanded sends the pointers handed over at creation, in order. What
-// it cannot send it gives back to the outbox, and until a send works again
-// new jobs are not handed over.
+// sendHanded sends the pointers handed over at creation, in order, in
+// batches of whatever waits when the last send returned. While creates
+// keep coming the hand-offs may never run dry: after handedTurn it
+// returns, signalling p.handed again, so that Run takes its turn for the
+// confirmations, the outbox pass and the sweep and comes straight back.
+// What it cannot send it gives back to the outbox, and until a send works
+// again new jobs are not handed over.
 func (p *Publisher) sendHanded(ctx context.Context) error {
+	start := time.Now()
 	for {
 		p.mu.Lock()
 		batch := p.pending[:min(len(p.pending), p.cfg.BatchSize)]
 		p.pending = p.pending[len(batch):]
+		more := len(p.pending) > 0
 		p.mu.Unlock()
 		if len(batch) == 0 {
 			return nil
 		}
 		sent, err := p.send(ctx, batch)
-		if len(sent) == len(batch) {
-			continue
-		}
-		ok := make(map[int64]bool, len(sent))
-		for _, id := range sent {
-			ok[id] = true
-		}
-		var rest []dispatch.Unsent
-		for _, u := range batch {
-			if !ok[u.ID] {
-				rest = append(rest, u)
+		if len(sent) < len(batch) {
+			ok := make(map[int64]bool, len(sent))
+			for _, id := range sent {
+				ok[id] = true
 			}
+			var rest []dispatch.Unsent
+			for _, u := range batch {
+				if !ok[u.ID] {
+					rest = append(rest, u)
+				}
+			}
+			if err != nil {
+				p.mu.Lock()
+				p.sending = false
+				rest = append(rest, p.pending...)
+				p.pending = nil
+				p.mu.Unlock()
+				p.unmark(rest)
+				return err
+			}
+			p.unmark(rest) // the pointers of queues in their backoff: the outbox sends them later
 		}
-		if err == nil { // the pointers of queues in their backoff: the outbox sends them later
-			p.unmark(rest)
-			continue
+		if more && time.Since(start) >= handedTurn {
+			select {
+			case p.handed <- struct{}{}:
+			default:
+			}
+			return nil
 		}
-		p.mu.Lock()
-		p.sending = false
-		rest = append(rest, p.pending...)
-		p.pending = nil
-		p.mu.Unlock()
-		p.unmark(rest)
-		return err
 	}
 }
 

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -23,6 +27,7 @@ type fakeOutbox struct {
 	mu        sync.Mutex
 	unmarked  map[time.Time][]int64
 	confirmed []int64
+	passes    int   // outbox passes (PublishDueExcept calls)
 	unmarkErr error // Unmark fails with it (nil: it works)
 }
 
@@ -36,7 +41,17 @@ func (f *fakeOutbox) ConfirmSent(_ context.Context, sent []dispatch.Unsent) erro
 }
 
 func (f *fakeOutbox) PublishDueExcept(context.Context, time.Time, int, []string, func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.passes++
 	return 0, nil
+}
+
+// progress is how many outbox passes ran and pointers were confirmed.
+func (f *fakeOutbox) progress() (passes, confirmed int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passes, len(f.confirmed)
 }
 
 func (f *fakeOutbox) Sweep(context.Context, time.Time, time.Duration) (int64, int64, error) {
@@ -147,6 +162,62 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	}
 }
 
+// Under a steady stream of creates the hand-offs never run dry, and the
+// publisher still writes its send confirmations and runs its outbox pass
+// (retries come due there, and the sweep runs in the same loop). Before,
+// it sent handed pointers for as long as any waited: a busy service kept
+// every confirmation in memory, and no retry went out until creates
+// paused. Here every SQS request takes 2 ms longer (a proxy in front of
+// the stand-in), so hand-offs outpace sends and always wait.
+func TestSteadyHandOffsDoNotStarveTheOutbox(t *testing.T) {
+	sq := sqstest.New(t, 30*time.Second)
+	target, err := url.Parse(sq.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * time.Millisecond)
+		forward.ServeHTTP(w, r)
+	}))
+	defer slow.Close()
+	cfg := sq.Config()
+	cfg.Endpoint = slow.URL
+	q, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &fakeOutbox{}
+	p, _ := startPublisher(t, q, store)
+	eventually(t, 10*time.Second, func() bool { passes, _ := store.progress(); return passes > 0 },
+		"the first outbox pass")
+	streaming, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		mark := time.Now().Truncate(time.Microsecond)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for id := int64(1); ; id += 20 {
+			select {
+			case <-streaming:
+				return
+			case <-tick.C:
+			}
+			batch := make([]dispatch.Unsent, 20)
+			for i := range batch {
+				batch[i] = dispatch.Unsent{ID: id + int64(i), Mark: mark}
+			}
+			p.Hand(batch, 0)
+		}
+	}()
+	defer func() { close(streaming); <-done }()
+	passes0, _ := store.progress()
+	eventually(t, 20*time.Second, func() bool {
+		passes, confirmed := store.progress()
+		return passes >= passes0+2 && confirmed > 0
+	}, "outbox passes and send confirmations while hand-offs keep coming")
+}
+
 // The bound on handed pointers holds however many creates reserve room at
 // once: a reservation that does not fit is refused, and room comes back
 // when the create hands its pointers (or none, having failed).
@@ -158,7 +229,7 @@ func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
 		granted int
 		wg      sync.WaitGroup
 	)
-	for range 20 {
+	for range 60 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -170,8 +241,8 @@ func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if granted != 10 {
-		t.Fatalf("%d reservations of 100 granted at once, want 10 (the bound of 1,000)", granted)
+	if granted != 50 {
+		t.Fatalf("%d reservations of 100 granted at once, want 50 (the bound of 5,000)", granted)
 	}
 	if p.Accepting() {
 		t.Error("the publisher accepts hand-offs with all its room reserved")
