@@ -511,7 +511,9 @@ func (p *Publisher) disableFailing(ctx context.Context) {
 	}
 }
 
-// publishAll sends due pointers until none are left.
+// publishAll sends due pointers until none are left, or until a batch is
+// sent while hand-offs wait: then it kicks itself and returns, and the
+// two take turns.
 func (p *Publisher) publishAll(ctx context.Context) error {
 	for {
 		now := time.Now()
@@ -520,6 +522,20 @@ func (p *Publisher) publishAll(ctx context.Context) error {
 		})
 		if err != nil || n < p.cfg.BatchSize {
 			return err
+		}
+		p.mu.Lock()
+		waiting := len(p.pending) > 0
+		p.mu.Unlock()
+		if waiting {
+			// Hand-offs wait: they go next, and the outbox's turn comes
+			// straight back after them. Draining the outbox first would
+			// leave them waiting until creates found no room and went
+			// to the outbox too.
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+			return nil
 		}
 	}
 }
