@@ -218,6 +218,62 @@ func TestSteadyHandOffsDoNotStarveTheOutbox(t *testing.T) {
 	}, "outbox passes and send confirmations while hand-offs keep coming")
 }
 
+// endlessOutbox always has a full batch of due pointers.
+type endlessOutbox struct {
+	fakeOutbox
+	mu   sync.Mutex
+	next int64
+}
+
+func (e *endlessOutbox) PublishDueExcept(_ context.Context, _ time.Time, limit int, _ []string, send func([]dispatch.Unsent) ([]int64, error)) (int, error) {
+	e.mu.Lock()
+	due := make([]dispatch.Unsent, limit)
+	for i := range due {
+		e.next++
+		due[i] = dispatch.Unsent{ID: 1_000_000 + e.next, Mark: time.Now()}
+	}
+	e.mu.Unlock()
+	_, err := send(due)
+	return limit, err
+}
+
+// Hand-offs are sent while the outbox still has due pointers: the outbox
+// pass sends a batch and gives them their turn. Before, it drained the
+// outbox first, and hand-offs waited until creates found no room and went
+// to the outbox too.
+func TestHandOffsAreSentWhileTheOutboxHasWork(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	outbox := &endlessOutbox{}
+	p, _ := startPublisher(t, q.Open(t), outbox)
+	eventually(t, 10*time.Second, func() bool {
+		outbox.mu.Lock()
+		defer outbox.mu.Unlock()
+		return outbox.next >= 300
+	}, "the outbox pass under way (three batches)")
+	p.Hand([]dispatch.Unsent{{ID: 11, Mark: time.Now()}, {ID: 12, Mark: time.Now()}, {ID: 13, Mark: time.Now()}}, 0)
+	rq := q.Open(t)
+	found := map[string]bool{}
+	eventually(t, 10*time.Second, func() bool {
+		msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		receipts := make([]string, 0, len(msgs))
+		for _, m := range msgs {
+			var ptr dispatch.Pointer
+			_ = json.Unmarshal([]byte(m.Body), &ptr)
+			if len(ptr.ID) < 7 { // the outbox's are 1,000,001 on
+				found[ptr.ID] = true
+			}
+			receipts = append(receipts, m.Receipt)
+		}
+		if len(receipts) > 0 {
+			_ = rq.DeleteBatch(context.Background(), receipts)
+		}
+		return len(found) == 3
+	}, "the three handed pointers reach the queue while the outbox always has a batch due")
+}
+
 // The bound on handed pointers holds however many creates reserve room at
 // once: a reservation that does not fit is refused, and room comes back
 // when the create hands its pointers (or none, having failed).
