@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -318,6 +319,12 @@ func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Dura
 			if !timer.Stop() {
 				<-timer.C
 			}
+			// Let the goroutines already runnable go first. One may be
+			// the server noticing that this poll's client has gone (a
+			// receiver that stopped its long poll, then gave its
+			// messages back): the poll must not take them then, or they
+			// would wait out their visibility timeout.
+			runtime.Gosched()
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, nil
