@@ -125,6 +125,20 @@ func TestVersionIsStampedByMakeBuild(t *testing.T) {
 	if strings.HasPrefix(string(out), "dispatch dev\n") {
 		t.Errorf("make build left the version at dev:\n%s", out)
 	}
+	// Built as the image is: static, and without gin's MessagePack codec
+	// (a sixth of the code, never used).
+	info, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "-tags=nomsgpack"} {
+		if !strings.Contains(string(info), want) {
+			t.Errorf("make build's binary was not built with %s:\n%s", want, info)
+		}
+	}
+	if strings.Contains(string(info), "github.com/ugorji/go") {
+		t.Errorf("make build's binary links the MessagePack codec:\n%s", info)
+	}
 }
 
 // The Dockerfile's build stamps the same way: its -ldflags, with the build
