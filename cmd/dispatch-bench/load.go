@@ -58,6 +58,7 @@ type benchResult struct {
 type benchChildUse struct {
 	name    string
 	peakRSS int64
+	top     rssSample // the highest sample over the load; zero: none read
 }
 
 // runLoad creates o.jobs jobs, from o.clients closed-loop clients or on

@@ -346,7 +346,9 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	seg0, segErr := pgSegments(pids, adminCfg.Port)
 	cpu0 := sampleCPU(dbName, pids, sqsCounter.pid())
 	sqs0, sqsErr := sqsCounter.counts(ctx)
+	rss := startRSSSampler(pids)
 	res, loadErr := runLoad(ctx, o, client, svc.url(), rc, credID)
+	rssTop := rss.highest()
 	cpu1 := sampleCPU(dbName, pids, sqsCounter.pid())
 	sqs1, err := sqsCounter.counts(ctx)
 	if sqsErr = cmp.Or(sqsErr, err); sqsErr != nil {
@@ -366,7 +368,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	res.cpu = cpu0.until(cpu1)
 	res.peakRSS = peakRSS()
 	for _, c := range svc.processes() {
-		res.children = append(res.children, benchChildUse{name: c.name, peakRSS: pidPeakRSS(c.pid)})
+		res.children = append(res.children, benchChildUse{name: c.name, peakRSS: pidPeakRSS(c.pid), top: rssTop[c.pid]})
 	}
 	stopErr := svc.stop()
 	if loadErr != nil {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -559,4 +560,80 @@ func (p *benchProfiles) stop() error {
 	runtime.SetBlockProfileRate(0)
 	runtime.SetMutexProfileFraction(0)
 	return errors.Join(errs...)
+}
+
+// rssSample is a process's resident set at one moment, and the part of it
+// that is anonymous memory (heap, stacks, the runtime's own); the rest is
+// file pages, the binary's code and data the process has touched.
+type rssSample struct{ rss, anon int64 }
+
+// readRSS reads pid's /proc/<pid>/smaps_rollup.
+func readRSS(pid int) (rssSample, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return rssSample{}, false
+	}
+	var s rssSample
+	var seen int
+	for line := range strings.Lines(string(data)) {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "Rss" && name != "Anonymous") {
+			continue
+		}
+		kb, _, _ := strings.Cut(strings.TrimSpace(v), " ")
+		n, err := strconv.ParseInt(kb, 10, 64)
+		if err != nil {
+			return rssSample{}, false
+		}
+		if name == "Rss" {
+			s.rss = n << 10
+		} else {
+			s.anon = n << 10
+		}
+		seen++
+	}
+	return s, seen == 2
+}
+
+// rssEvery is how often the children's resident sets are sampled.
+const rssEvery = 50 * time.Millisecond
+
+// rssSampler samples each child's resident set over the load and keeps the
+// highest sample of each. VmHWM is the exact peak, but does not say what
+// it is made of; the highest sample does, within rssEvery of it.
+type rssSampler struct {
+	stop   chan struct{}
+	done   chan struct{}
+	top    map[int]rssSample // by pid; read after done
+	rounds atomic.Int64      // samples of every pid taken so far
+}
+
+func startRSSSampler(pids []int) *rssSampler {
+	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{}), top: make(map[int]rssSample, len(pids))}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(rssEvery)
+		defer t.Stop()
+		for {
+			for _, pid := range pids {
+				if v, ok := readRSS(pid); ok && v.rss > s.top[pid].rss {
+					s.top[pid] = v
+				}
+			}
+			s.rounds.Add(1)
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// highest stops the sampling and returns each child's highest sample.
+func (s *rssSampler) highest() map[int]rssSample {
+	close(s.stop)
+	<-s.done
+	return s.top
 }

@@ -73,7 +73,10 @@ func bytesPer(v int64, n int) string {
 // a request of up to 64 KiB counts once).
 const sqsRequestPrice = 0.50 / 1e6
 
-func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
+func mib(b int64) string { return mibN(b) + " MiB" }
+
+// mibN is b in MiB, without the unit.
+func mibN(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
 
 func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 	creates := "single creates"
@@ -215,7 +218,13 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 		fmt.Fprintf(tw, "peak RSS\t%s\t(VmHWM of this process: %s)\n", mib(r.peakRSS), own)
 	}
 	for _, ch := range r.children {
-		fmt.Fprintf(tw, "  dispatch %s\t%s\t(VmHWM)\n", ch.name, mib(ch.peakRSS))
+		of := ""
+		if ch.top.rss > 0 {
+			// What the peak is made of: the heap is only part of it.
+			of = fmt.Sprintf("; the highest sample %s: %s anonymous (heap, stacks, runtime), %s file pages (the binary's)",
+				mib(ch.top.rss), mibN(ch.top.anon), mibN(ch.top.rss-ch.top.anon))
+		}
+		fmt.Fprintf(tw, "  dispatch %s\t%s\t(VmHWM%s)\n", ch.name, mib(ch.peakRSS), of)
 	}
 	tw.Flush()
 }
