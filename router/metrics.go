@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		}),
 		localRequeued: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_router_local_requeued_total",
-			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (no outcome within 500 ms).",
+			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (waited 500 ms for a worker).",
 		}, []string{"reason"}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -256,7 +257,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		made []bool
 		err  error
 	)
-	if anyKey(valid) {
+	if slices.ContainsFunc(valid, func(j *dispatch.Job) bool { return j.IdempotencyKey != "" }) {
 		got, made, err = s.createInTx(ctx, valid)
 	} else {
 		// One statement is all or nothing by itself, and with no
@@ -302,16 +303,6 @@ func (s *Store) createInTx(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		}
 	}
 	return got, made, err
-}
-
-// anyKey reports whether any of jobs has an idempotency key.
-func anyKey(jobs []*dispatch.Job) bool {
-	for _, j := range jobs {
-		if j.IdempotencyKey != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // querier is a pool or a transaction.
