@@ -91,6 +91,10 @@ const MaxVisibilityDelay = 43200 * time.Second
 type RetryAfter struct {
 	Delay  time.Duration
 	Reason string
+	// GivenBack: the processing endpoint has put the job back in its
+	// outbox itself (a job offered by the API, package handoff), so the
+	// router has nothing to send.
+	GivenBack bool
 }
 
 func (e *RetryAfter) Error() string {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
 )
 
 // process is the internal processing endpoint: 200 when the
@@ -36,5 +38,16 @@ func (s *Server) process(c *gin.Context) {
 	s.log.Debug("pointer to retry later", "job_id", ptr.ID, "retry_after_s", secs, "reason", d.Reason)
 	// A struct, not a gin.H map: a map costs a sorted reflection walk per
 	// delivery.
-	c.JSON(http.StatusBadRequest, dispatch.ProcessAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason})
+	answer := dispatch.ProcessAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason}
+	if v := c.GetHeader(handoff.Header); v != "" && s.cfg.Offers != nil {
+		// A job this API offered the router is on no queue: it goes back
+		// to the outbox now, whether or not the router hears the answer.
+		if h, err := handoff.DecodeHeader(v); err == nil && dispatch.FormatID(h.ID) == ptr.ID {
+			s.cfg.Offers.GiveBack(h, time.Duration(secs)*time.Second)
+			answer.GivenBack = true
+		} else {
+			s.log.Warn("ignored a processing request's unreadable offer handle; the router gives the job back", "job_id", ptr.ID)
+		}
+	}
+	c.JSON(http.StatusBadRequest, answer)
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 
@@ -112,6 +113,9 @@ type Config struct {
 	// Tracer records requests as server spans and the creates as the
 	// spans whose trace their jobs' deliveries join (nil: tracing off).
 	Tracer *tracing.Tracer
+	// Offers hands new jobs' pointers to routers of other processes that
+	// ask for them (nil: not offered; routers take them from the queue).
+	Offers *handoff.Box
 }
 
 // Defaults of the connection limits.
@@ -196,6 +200,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	if s.cfg.Offers != nil {
+		s.cfg.Offers.Close() // the routers' long polls answer now
+	}
 	timeout := s.cfg.ShutdownTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -272,6 +279,10 @@ func (s *Server) routes() *gin.Engine {
 		e.POST("/api/dispatch/process", internal, s.limitBody, s.process)
 		e.GET("/api/dispatch/process/circuit-breakers", internal, s.circuitBreakers)
 		e.POST("/api/dispatch/process/circuit-breakers/:host/reset", internal, s.resetCircuitBreaker)
+		if s.cfg.Offers != nil {
+			e.POST("/api/dispatch/process/offers", internal, s.limitBody, s.offers)
+			e.POST("/api/dispatch/process/offers/give-back", internal, s.limitBody, s.giveBack)
+		}
 	}
 
 	admin := e.Group("/api/admin/dispatch", s.auth("admin", tokens(s.cfg.AdminToken)))

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 
@@ -81,6 +82,9 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
+	if hd, ok := handoff.HandleFrom(ctx); ok {
+		req.Header.Set(handoff.Header, hd.EncodeHeader())
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("mediate job %s: %w", ptr.ID, err)
@@ -92,7 +96,7 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	case resp.StatusCode == http.StatusOK:
 		return nil
 	case resp.StatusCode == http.StatusBadRequest && pr.RetryAfterSeconds != nil:
-		return &dispatch.RetryAfter{Delay: time.Duration(*pr.RetryAfterSeconds) * time.Second, Reason: pr.Reason}
+		return &dispatch.RetryAfter{Delay: time.Duration(*pr.RetryAfterSeconds) * time.Second, Reason: pr.Reason, GivenBack: pr.GivenBack}
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("mediate job %s: %w", ptr.ID, ErrUnauthorized)
 	default:

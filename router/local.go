@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
 )
 
 // LocalBackstop is how long a pointer taken in process (Offer) may wait in
@@ -29,6 +30,9 @@ type local struct {
 	once     sync.Once
 	requeue  func(after time.Duration)
 	backstop *time.Timer
+	// handle is the API's, for a job it offered (split mode): its
+	// processing request carries it (nil: a job of this process).
+	handle *handoff.Handle
 }
 
 // Why a job taken in process went onto the queue after all
@@ -37,6 +41,7 @@ const (
 	requeueRetry    = "retry"    // its delivery is to be retried
 	requeueStop     = "stop"     // the router stopped before or during its delivery
 	requeueBackstop = "backstop" // it waited LocalBackstop for a worker
+	requeueNoRoom   = "no_room"  // offered by the API after its room had gone (split mode)
 )
 
 // send puts the pointer on the queue, to be mediated after the delay, and
@@ -53,6 +58,16 @@ func (l *local) send(after time.Duration) (sent bool) {
 func (r *Router) requeued(l *local, after time.Duration, why string) {
 	if l.send(after) {
 		r.metrics.localRequeued.WithLabelValues(why).Inc()
+	}
+}
+
+// givenBack notes that the processing endpoint put the job back in its
+// outbox itself: nothing is left to send.
+func (r *Router) givenBack(l *local) {
+	first := false
+	l.once.Do(func() { first = true }) // sends nothing
+	if first {
+		r.metrics.localRequeued.WithLabelValues(requeueRetry).Inc()
 	}
 }
 
@@ -77,6 +92,12 @@ func (l *local) done() { l.backstop.Stop() }
 // lost otherwise (the process dies) still carries its send lease in the
 // database, and the outbox's sweep sends it when the lease ends.
 func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool {
+	return r.offer(ptr, traceContext, requeue, nil)
+}
+
+// offer is Offer, for a pointer the API offered with its handle (nil: one
+// of this process's).
+func (r *Router) offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration), h *handoff.Handle) bool {
 	if ptr.MessageGroupID != "" && ptr.MessageGroupID != ptr.ID {
 		return false
 	}
@@ -102,7 +123,7 @@ func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(a
 	if seq == 0 {
 		seq, _ = dispatch.ParseID(ptr.ID)
 	}
-	l := &local{requeue: requeue}
+	l := &local{requeue: requeue, handle: h}
 	m := &message{received: time.Now(), ptr: ptr, seq: seq, group: ptr.ID, pool: p, local: l}
 	m.ID = "local:" + ptr.ID
 	l.backstop = time.AfterFunc(LocalBackstop, func() { r.moveToQueue(m) })

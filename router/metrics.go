@@ -20,7 +20,7 @@ type metrics struct {
 	duplicates prometheus.Counter
 	local      prometheus.Counter
 	// localRequeued: pointers taken in process that went onto the queue
-	// after all, by reason (retry, stop, backstop).
+	// after all, by reason (retry, stop, backstop, no_room).
 	localRequeued *prometheus.CounterVec
 }
 
@@ -35,11 +35,11 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		}),
 		local: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_messages_local_total",
-			Help: "Pointers of jobs created in this process taken straight into a pool, without the queue (dispatch all).",
+			Help: "Pointers of new jobs taken straight into a pool, without the queue: from this process (dispatch all) or offered by the API (split mode).",
 		}),
 		localRequeued: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatch_router_local_requeued_total",
-			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (waited 500 ms for a worker).",
+			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (waited 500 ms for a worker), no_room (offered by the API after the room had gone).",
 		}, []string{"reason"}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/tracing"
 )
@@ -86,6 +87,10 @@ type Config struct {
 	// Breakers are the processing endpoint's circuit breakers, for
 	// /monitoring/circuit-breakers (nil: none known to this router).
 	Breakers Breakers
+	// Offers, when set, is asked for the pointers of new jobs for the
+	// pools with an idle worker, beside the queue's receives (split mode;
+	// see package handoff).
+	Offers Offers
 }
 
 // Router moves messages from queues into pools.
@@ -271,6 +276,10 @@ func (r *Router) Run(ctx context.Context) error {
 		go func() { defer helpers.Done(); s.deleter.run(helperCtx) }()
 		receivers.Add(1)
 		go func() { defer receivers.Done(); r.consume(ctx, helperCtx, &helpers, s) }()
+	}
+	if r.cfg.Offers != nil {
+		receivers.Add(1)
+		go func() { defer receivers.Done(); r.intake(ctx) }()
 	}
 
 	// The shutdown deadline counts from the signal, not from the end of
@@ -560,6 +569,9 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			mctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(m.traced))
 			trace.SpanFromContext(m.traced).AddEvent("mediation started")
 		}
+		if m.local != nil && m.local.handle != nil {
+			mctx = handoff.WithHandle(mctx, *m.local.handle)
+		}
 		err := r.med.Mediate(mctx, m.ptr)
 		if m.local != nil {
 			m.local.done()
@@ -574,6 +586,9 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		case err == nil:
 		case errors.As(err, &ra):
 			delay = ra.Delay
+			if ra.GivenBack && m.local != nil {
+				r.givenBack(m.local)
+			}
 		case ctx.Err() != nil:
 			delay = 0 // cancelled by shutdown: give it back at once
 		default:

@@ -101,6 +101,7 @@ type Publisher struct {
 	sending  bool              // the last send worked: take hand-offs
 	stopped  bool              // Run has returned: give hand-offs straight back
 	local    Local             // takes handed pointers in process first (nil: none)
+	remote   Remote            // else offers them to routers of other processes (nil: none)
 
 	// sent pointers whose send leases are still to be confirmed (Run's
 	// goroutine only), when the first of them was sent, and the
@@ -213,6 +214,23 @@ func (p *Publisher) DeliverLocally(l Local) {
 	p.local = l
 }
 
+// Remote takes the pointer of a job just created for a router in another
+// process that has asked for it (handoff.Box), or declines it. A job it
+// takes comes back through Requeue when the router cannot finish it.
+type Remote interface {
+	Offer(u dispatch.Unsent, ptr dispatch.Pointer) bool
+}
+
+// OfferTo has handed pointers offered to r when no router of this process
+// takes them (split mode: `dispatch api`, with routers asking for new jobs
+// over the processing endpoint). As with DeliverLocally, the job's row is
+// marked queued under a send lease either way.
+func (p *Publisher) OfferTo(r Remote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.remote = r
+}
+
 // Reserve takes room for n pointers to be handed over by a create about to
 // be written, and reports whether there was room (store.Handoff). The bound
 // holds however many creates run at once: each create's room is taken
@@ -234,30 +252,36 @@ func (p *Publisher) Reserve(n int) bool {
 // none (the create failed).
 func (p *Publisher) Hand(jobs []dispatch.Unsent, reserved int) {
 	p.mu.Lock()
-	l := p.local
+	l, r := p.local, p.remote
 	p.mu.Unlock()
-	if l != nil && len(jobs) > 0 {
-		jobs = p.offer(l, jobs)
+	if (l != nil || r != nil) && len(jobs) > 0 {
+		jobs = p.offer(l, r, jobs)
 	}
 	p.handToQueue(jobs, reserved)
 }
 
-// offer offers l each job that neither belongs to a group (its order rides
-// on the queue) nor names a queue (whoever named it wants it there), and
-// returns the ones it declined.
-func (p *Publisher) offer(l Local, jobs []dispatch.Unsent) []dispatch.Unsent {
+// offer offers each job that neither belongs to a group (its order rides
+// on the queue) nor names a queue (whoever named it wants it there) to l,
+// then to r, and returns the ones both declined.
+func (p *Publisher) offer(l Local, r Remote, jobs []dispatch.Unsent) []dispatch.Unsent {
 	rest := jobs[:0:0]
 	for _, u := range jobs {
-		if u.GroupID == "" && u.QueueURL == "" && l.Offer(p.pointer(u), u.TraceContext, func(after time.Duration) { p.requeue(u, after) }) {
-			continue
+		if u.GroupID == "" && u.QueueURL == "" {
+			ptr := p.pointer(u)
+			if l != nil && l.Offer(ptr, u.TraceContext, func(after time.Duration) { p.Requeue(u, after) }) {
+				continue
+			}
+			if r != nil && r.Offer(u, ptr) {
+				continue
+			}
 		}
 		rest = append(rest, u)
 	}
 	return rest
 }
 
-// requeue puts the pointer of a job taken in process on the queue after
-// all. With no delay (it waited too long for a worker, or the router
+// Requeue puts the pointer of a job taken in process, or offered to a
+// router of another process, on the queue after all. With no delay (it waited too long for a worker, or the router
 // stopped) it is sent now. A retry's delay cannot ride on a FIFO queue's message, so the
 // job's queued mark is cleared instead, and the outbox query sends it when
 // it is due, from whichever replica. Should the database not take that
@@ -265,7 +289,7 @@ func (p *Publisher) offer(l Local, jobs []dispatch.Unsent) []dispatch.Unsent {
 // processor holds the job back until it is due, as for any early pointer;
 // when the publisher cannot take it either, the mark is cleared once more,
 // or left to the sweep.
-func (p *Publisher) requeue(u dispatch.Unsent, after time.Duration) {
+func (p *Publisher) Requeue(u dispatch.Unsent, after time.Duration) {
 	jobs := []dispatch.Unsent{u}
 	if after > 0 {
 		err := p.outbox.Unmark(context.Background(), []int64{u.ID}, u.Mark)

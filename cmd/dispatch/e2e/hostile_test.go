@@ -13,6 +13,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -506,6 +507,42 @@ func TestProcessingEndpointNeedsTheInternalToken(t *testing.T) {
 	code, _, body := post(process, map[string]string{"Authorization": "Bearer " + internalToken})
 	if code != http.StatusBadRequest || !strings.Contains(body, "retryAfterSeconds") || strings.Contains(body, internalToken) {
 		t.Errorf("with the internal token: %d %s, want 400 retry later", code, body)
+	}
+
+	// The routers' requests for new jobs and their give-backs (package
+	// handoff) need the internal token too, and a bad one is refused
+	// field by field, touching nothing.
+	for _, path := range []string{process + "/offers", process + "/offers/give-back"} {
+		for _, tok := range []string{"", apiToken, adminToken} {
+			var raw json.RawMessage
+			if code := in.do("POST", path, tok, map[string]any{"room": map[string]int{"DISPATCH-POOL": 1}}, &raw); code != http.StatusUnauthorized {
+				t.Errorf("POST %s without the internal token: %d, want 401", path, code)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		path   string
+		body   any
+		fields []string
+	}{
+		{process + "/offers", map[string]any{"room": map[string]int{"DISPATCH-POOL": 0, "": 3}, "waitSeconds": 99},
+			[]string{"room.DISPATCH-POOL", "room", "waitSeconds"}},
+		{process + "/offers", map[string]any{"room": map[string]int{}}, []string{"room"}},
+		{process + "/offers", "not an object", []string{"body"}},
+		{process + "/offers/give-back", map[string]any{"handle": map[string]any{}, "afterSeconds": -1},
+			[]string{"handle.id", "handle.mark", "afterSeconds"}},
+	} {
+		var e errorAnswer
+		code := in.do("POST", tc.path, internalToken, tc.body, &e)
+		var got []string
+		for _, d := range e.Error.Details {
+			got = append(got, d.Field)
+		}
+		for _, f := range tc.fields {
+			if code != http.StatusBadRequest || !slices.Contains(got, f) {
+				t.Errorf("POST %s %v: %d naming %v, want 400 naming %s", tc.path, tc.body, code, got, f)
+			}
+		}
 	}
 
 	// The other realms do not accept each other's tokens either.

@@ -97,3 +97,104 @@ func TestConsoleShowsADeliveryTakenInProcess(t *testing.T) {
 		e.textContent.includes('mediating, pool DISPATCH-POOL, taken in process'))`)
 	b.shot("23-overview-in-process")
 }
+
+// apiSample reads one sample of the API's /metrics.
+func apiSample(t *testing.T, apiURL, name string, labels ...string) float64 {
+	t.Helper()
+	v, _ := sample(scrape(t, apiURL), name, labels...)
+	return v
+}
+
+// waitForOfferRequest waits until a router's request for new jobs waits in
+// the API: a job created now is offered to it.
+func waitForOfferRequest(t *testing.T, apiURL string) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() bool { return apiSample(t, apiURL, "dispatch_api_offer_requests_waiting") >= 1 },
+		func() string { return "no router asked the API for new jobs" })
+}
+
+// In split mode a router with an idle worker asks the API for new jobs,
+// and a job created meanwhile is delivered without the queue: no SQS
+// request for it at all. A retry goes back to the API, whose outbox sends
+// the job when it is due, through the queue.
+func TestSplitRouterTakesNewJobsFromTheAPI(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	in := startWith(t, "api", dbURL, q, nil)
+	rt := spawn(t, "router", baseEnv(dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process"}))
+	rc := newReceiver(t, func(n int, _ *http.Request, _ []byte) int {
+		if n == 4 { // the fourth job's first attempt
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	var ids []string
+	for range 3 {
+		waitForOfferRequest(t, in.apiURL)
+		j := in.createJob(jobBody(rc.URL, nil))
+		in.waitStatus(j.ID, 20*time.Second, "COMPLETED")
+		ids = append(ids, j.ID)
+	}
+	if n := apiSample(t, in.apiURL, "dispatch_api_jobs_offered_total"); n != 3 {
+		t.Errorf("dispatch_api_jobs_offered_total = %v, want 3", n)
+	}
+	fams := scrape(t, rt.routerURL)
+	local, _ := sample(fams, "dispatch_router_messages_local_total")
+	backstopped, _ := sample(fams, "dispatch_router_local_requeued_total", "reason", "backstop")
+	if local != 3 {
+		t.Errorf("dispatch_router_messages_local_total = %v, want 3", local)
+	}
+	received, _ := sample(fams, "dispatch_router_messages_received_total")
+	if received != backstopped {
+		t.Errorf("the router received %v messages from the queue with %v jobs moved there by the backstop: want only those", received, backstopped)
+	}
+
+	// A retry: the router gives the job back, the API's outbox sends it
+	// when due, and the router takes it from the queue.
+	waitForOfferRequest(t, in.apiURL)
+	j := in.createJob(jobBody(rc.URL, nil))
+	done := in.waitStatus(j.ID, 30*time.Second, "COMPLETED", "ERROR")
+	if at := in.attempts(j.ID); done.Status != "COMPLETED" || len(at) != 2 {
+		t.Fatalf("job %s with %d attempts, want COMPLETED after a retry", done.Status, len(at))
+	}
+	fams = scrape(t, rt.routerURL)
+	if n, _ := sample(fams, "dispatch_router_local_requeued_total", "reason", "retry"); n != 1 {
+		t.Errorf(`dispatch_router_local_requeued_total{reason="retry"} = %v, want 1`, n)
+	}
+	if n, _ := sample(fams, "dispatch_router_messages_received_total"); n < 1 {
+		t.Errorf("the retry never came through the queue (received %v)", n)
+	}
+	if n := rc.count(); n != 5 {
+		t.Errorf("target got %d requests for 4 jobs and a retry, want 5", n)
+	}
+	eventually(t, 20*time.Second, in.queueEmpty, func() string { return "a copy left on the queue" })
+}
+
+// A router killed while it mediates a job the API offered it loses
+// nothing: the API finishes the delivery the router asked for, and a job
+// whose outcome the router never heard of is still owed nothing more.
+// A job it took and had not started is sent by the API's outbox sweep
+// once its send lease ends.
+func TestSplitRouterKilledHoldingOfferedJobsLosesNothing(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 5*time.Second)
+	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2s"})
+	routerEnv := baseEnv(dbURL, q, map[string]string{"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process", "DISPATCH_DELIVERY_TIMEOUT": "2s"})
+	rc, arrived := slowFirstReceiver(t, 3*time.Second)
+	a := spawn(t, "router", routerEnv)
+	waitForOfferRequest(t, in.apiURL)
+	j := in.createJob(jobBody(rc.URL, nil))
+	waitClosed(t, arrived, 20*time.Second, "delivery never started")
+	a.kill()
+	spawn(t, "router", routerEnv)
+	done := in.waitStatus(j.ID, 90*time.Second, "COMPLETED", "ERROR")
+	if done.Status != "COMPLETED" {
+		t.Fatalf("job %s with attempts %+v, want COMPLETED", done.Status, in.attempts(j.ID))
+	}
+	if n := apiSample(t, in.apiURL, "dispatch_api_jobs_offered_total"); n < 1 {
+		t.Errorf("the job was never offered (dispatch_api_jobs_offered_total = %v)", n)
+	}
+	eventually(t, 30*time.Second, in.queueEmpty, func() string { return "a copy left on the queue" })
+}

@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/mediator"
+	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/router/queue"
 )
 
@@ -98,4 +100,21 @@ func openBreakersGauge(b *mediator.Breakers) prometheus.Collector {
 		Name: "dispatch_breakers_open",
 		Help: "Target hosts whose circuit breaker is open in this process (deliveries to them wait; GET /api/dispatch/monitoring names them).",
 	}, func() float64 { return float64(len(b.Open())) })
+}
+
+// registerOffers registers what the API hands to routers of other
+// processes (handoff): the pointers offered, and the routers' requests
+// waiting for one (0 in split mode means no router is asking, and every
+// new job goes through the queue).
+func registerOffers(reg prometheus.Registerer, b *handoff.Box) error {
+	return errors.Join(
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "dispatch_api_jobs_offered_total",
+			Help: "Pointers of new jobs this API handed straight to a router of another process that asked for them, instead of the queue (split mode).",
+		}, func() float64 { return float64(b.Offered()) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dispatch_api_offer_requests_waiting",
+			Help: "Routers' requests for new jobs waiting in this API (split mode; one per router with an idle worker).",
+		}, func() float64 { return float64(b.Waiting()) })),
+	)
 }

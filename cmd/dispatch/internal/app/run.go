@@ -34,6 +34,7 @@ import (
 	"github.com/dispatchhq/dispatch/config"
 	"github.com/dispatchhq/dispatch/mediator"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/router/outbox"
 	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/store"
@@ -305,7 +306,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	var apiSock, routerSock *handoff
+	var apiSock, routerSock *listenerHandoff
 	if withAPI {
 		ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
 		if err != nil {
@@ -323,7 +324,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		defer routerSock.Close()
 	}
 	var early []net.Listener
-	for _, h := range []*handoff{apiSock, routerSock} {
+	for _, h := range []*listenerHandoff{apiSock, routerSock} {
 		if h != nil {
 			early = append(early, h.phase(false))
 		}
@@ -413,6 +414,13 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			Subscriptions: st, DisableAfter: a.cfg.SubscriptionDisableAfter,
 		})
 		st.HandOffTo(publisher) // new jobs' pointers go out with no outbox query
+		// Routers of other processes may ask for new jobs' pointers
+		// (handoff); a job one cannot finish comes back to the publisher.
+		offers := handoff.NewBox(publisher.Requeue)
+		publisher.OfferTo(offers)
+		if err := registerOffers(a.reg, offers); err != nil {
+			return err
+		}
 		sender := mediator.NewSender(mediator.SenderConfig{
 			Timeout: a.cfg.DeliveryTimeout, UserAgent: "dispatch/" + version,
 			Guard:  mediator.Guard{AllowPrivate: a.cfg.AllowPrivateTargets, Allowed: a.cfg.AllowedTargetCIDRs},
@@ -450,7 +458,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			BreakerStates: breakers.States, ResetBreaker: breakers.Reset,
 			QueueDepth: queueDepth(q),
 			PublicURL:  a.cfg.PublicURL, TrustedProxies: a.cfg.TrustedProxies,
-			Tracer: tracer,
+			Tracer: tracer, Offers: offers,
 		}, a.reg)
 		g.Go(func() error { return server.Run(gctx, ln) })
 		g.Go(func() error { return publisher.Run(gctx) })
@@ -476,11 +484,16 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		for i, rq := range queues {
 			sources[i] = router.Source{Queue: rq, Connections: a.cfg.Queues[i].Connections, VisibilityTimeout: a.cfg.Queues[i].VisibilityTimeout}
 		}
+		var offers router.Offers // split: new jobs straight from the API, beside the queue
+		if local == nil && a.cfg.LocalDelivery {
+			offers = remote
+		}
 		rt, err := router.New(nil, med, router.Config{
 			Sources: sources, Pools: pools, DefaultPool: dispatch.DefaultPool, ReceiveWait: a.cfg.ReceiveWait,
 			MediationTimeout: mediationTimeout, ShutdownTimeout: a.cfg.ShutdownTimeout,
 			Logger: a.log, Registerer: a.reg, Tracer: tracer,
 			AdminToken: a.cfg.AdminToken, Reload: a.reloadPools, Breakers: routerBreakers(local != nil, procBreakers, processURL, a.cfg.InternalToken),
+			Offers: offers,
 			PoolsChanged: func(pcs []router.PoolConfig) {
 				codes := make([]string, len(pcs))
 				for i, pc := range pcs {

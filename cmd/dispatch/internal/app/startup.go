@@ -103,11 +103,11 @@ func (s *startup) serve(listeners ...net.Listener) (stop func()) {
 	})
 }
 
-// handoff lets two servers, one after the other, serve one listening
+// listenerHandoff lets two servers, one after the other, serve one listening
 // socket: the startup handler while the process starts, then the API or
 // the router. The port is bound (and answers probes) from the first moment,
 // and never closes in between.
-type handoff struct {
+type listenerHandoff struct {
 	ln       net.Listener
 	accepted chan accepted
 	stop     chan struct{} // closed by Close
@@ -120,13 +120,13 @@ type accepted struct {
 	err  error
 }
 
-func newHandoff(ln net.Listener) *handoff {
-	h := &handoff{ln: ln, accepted: make(chan accepted), stop: make(chan struct{}), loopDone: make(chan struct{})}
+func newHandoff(ln net.Listener) *listenerHandoff {
+	h := &listenerHandoff{ln: ln, accepted: make(chan accepted), stop: make(chan struct{}), loopDone: make(chan struct{})}
 	go h.loop()
 	return h
 }
 
-func (h *handoff) loop() {
+func (h *listenerHandoff) loop() {
 	defer close(h.loopDone)
 	for {
 		c, err := h.ln.Accept()
@@ -145,7 +145,7 @@ func (h *handoff) loop() {
 }
 
 // Close closes the socket and waits for the accepting goroutine to end.
-func (h *handoff) Close() error {
+func (h *listenerHandoff) Close() error {
 	var err error
 	h.once.Do(func() {
 		close(h.stop)
@@ -157,12 +157,12 @@ func (h *handoff) Close() error {
 
 // phase returns a listener for one server: its Close ends that server's
 // turn (final: and closes the socket).
-func (h *handoff) phase(final bool) net.Listener {
+func (h *listenerHandoff) phase(final bool) net.Listener {
 	return &phaseListener{h: h, closed: make(chan struct{}), final: final}
 }
 
 type phaseListener struct {
-	h      *handoff
+	h      *listenerHandoff
 	closed chan struct{}
 	once   sync.Once
 	final  bool

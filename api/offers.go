@@ -1,0 +1,65 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/handoff"
+)
+
+// offers is the internal long poll through which a router of another
+// process takes the pointers of jobs just created here, for its pools
+// with an idle worker (handoff): 200 {"offers": [...]}, with none when the
+// wait passed first.
+func (s *Server) offers(c *gin.Context) {
+	var req handoff.Request
+	if err := json.Unmarshal(body(c), &req); err != nil {
+		var p dispatch.Problems
+		p.Add("body", "must be {\"room\": {\"<pool code>\": n}, \"waitSeconds\": n}")
+		s.writeError(c, p.Err())
+		return
+	}
+	if err := req.Check(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	// The wait ends before the server's read deadline, which would cancel
+	// the request.
+	read := s.cfg.ReadTimeout
+	if read <= 0 {
+		read = DefaultReadTimeout
+	}
+	req.WaitSeconds = min(req.WaitSeconds, max(int((read-2*time.Second)/time.Second), 0))
+	ctx := c.Request.Context()
+	got := s.cfg.Offers.Take(ctx, req)
+	if ctx.Err() != nil {
+		// The router has gone: nobody will read them.
+		s.cfg.Offers.Return(got)
+		return
+	}
+	if got == nil {
+		got = []handoff.Offer{}
+	}
+	c.JSON(http.StatusOK, handoff.Answer{Offers: got})
+}
+
+// giveBack puts an offered job the router cannot finish on the queue.
+func (s *Server) giveBack(c *gin.Context) {
+	var g handoff.GiveBack
+	if err := json.Unmarshal(body(c), &g); err != nil {
+		var p dispatch.Problems
+		p.Add("body", "must be {\"handle\": {...}, \"afterSeconds\": n}")
+		s.writeError(c, p.Err())
+		return
+	}
+	if err := g.Check(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.cfg.Offers.GiveBack(g.Handle, time.Duration(g.AfterSeconds)*time.Second)
+	c.Status(http.StatusNoContent)
+}

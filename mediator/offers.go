@@ -1,0 +1,74 @@
+package mediator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/dispatchhq/dispatch/router/handoff"
+)
+
+// Take asks the processing endpoint's API for the pointers of jobs it has
+// just created, up to req.Room per pool, waiting up to req.WaitSeconds for
+// the first (the router's side of handoff). It returns
+// handoff.ErrNotOffered when the API offers none (404: an older version).
+func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
+	resp, err := h.post(ctx, "/offers", req)
+	if err != nil {
+		return nil, fmt.Errorf("take offered jobs: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return nil, handoff.ErrNotOffered
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, fmt.Errorf("take offered jobs: %w", ErrUnauthorized)
+	default:
+		return nil, fmt.Errorf("take offered jobs: the API answered %d", resp.StatusCode)
+	}
+	var a handoff.Answer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&a); err != nil {
+		return nil, fmt.Errorf("take offered jobs: the API's answer: %w", err)
+	}
+	return a.Offers, nil
+}
+
+// GiveBack has the API put an offered job on the queue after all, to be
+// mediated no sooner than after.
+func (h *HTTP) GiveBack(ctx context.Context, hd handoff.Handle, after time.Duration) error {
+	secs := int((after + time.Second - 1) / time.Second)
+	resp, err := h.post(ctx, "/offers/give-back", handoff.GiveBack{Handle: hd, AfterSeconds: secs})
+	if err != nil {
+		return fmt.Errorf("give back job %d: %w", hd.ID, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("give back job %d: the API answered %d", hd.ID, resp.StatusCode)
+	}
+	return nil
+}
+
+// post sends v as JSON to the processing URL's path under it, with the
+// internal token.
+func (h *HTTP) post(ctx context.Context, path string, v any) (*http.Response, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.url, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	return h.client.Do(req)
+}
