@@ -11,6 +11,6 @@ type ProcessAnswer struct {
 	// GivenBack is set on the retry of a job the API offered the router
 	// (the request's X-Dispatch-Offer): the API has put it back in its
 	// outbox, which sends it when due.
-	GivenBack bool `json:"givenBack,omitempty"`
-	Status            string  `json:"status"`
+	GivenBack bool   `json:"givenBack,omitempty"`
+	Status    string `json:"status"`
 }

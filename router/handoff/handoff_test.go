@@ -51,7 +51,9 @@ func TestNothingIsOfferedWhileNoRouterAsks(t *testing.T) {
 func TestARequestTakesItsPoolsJobsUpToItsRoom(t *testing.T) {
 	b := handoff.NewBox((&requeued{}).requeue)
 	got := make(chan []handoff.Offer)
-	go func() { got <- b.Take(context.Background(), handoff.Request{Room: map[string]int{"P": 2}, WaitSeconds: 20}) }()
+	go func() {
+		got <- b.Take(context.Background(), handoff.Request{Room: map[string]int{"P": 2}, WaitSeconds: 20})
+	}()
 	waitFor(t, b, 1)
 	if b.Offer(job(1, "OTHER")) {
 		t.Error("a job of a pool the request has no room in was taken")
