@@ -8,7 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // offers is the internal long poll through which a router of another

@@ -9,7 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // process is the internal processing endpoint: 200 when the

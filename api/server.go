@@ -18,7 +18,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 

@@ -77,7 +77,7 @@ var Settings = []Setting{
 	{Name: "DISPATCH_RECEIVE_WAIT", Range: "1s–20s", Default: dur(DefaultReceiveWait), Commands: routerOnly,
 		Help: "SQS long-poll wait, 1s-20s"},
 	{Name: "DISPATCH_LOCAL_DELIVERY", Range: "true or false", Default: "true", Commands: routerOnly,
-		Help: "`all` only: a job created in this process goes straight to its pool when a worker is idle or soon will be, with no SQS round trip (grouped jobs, retries and a busy pool go through the queue)"},
+		Help: "a new job goes straight to a pool with an idle worker, with no SQS round trip: in `all` from this process's API; split, the router asks the API at DISPATCH_PROCESS_URL for new jobs (grouped jobs, retries and a busy pool go through the queue)"},
 	{Name: "DISPATCH_PROCESS_URL", Range: "an absolute http(s) URL", Default: DefaultProcessURL, Commands: routerOnly,
 		Help: "the processing endpoint the router hands pointers to (`all`: its own API unless set)"},
 	{Name: "DISPATCH_POOLS", Range: "CODE:CONCURRENCY[:RATE_PER_MINUTE], comma-separated; concurrency 1–1000", Default: DefaultPools, Commands: apiAndRouter,

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // Take asks the processing endpoint's API for the pointers of jobs it has

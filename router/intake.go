@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // Offers is the API that hands this router the pointers of jobs it has

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // LocalBackstop is how long a pointer taken in process (Offer) may wait in

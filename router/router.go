@@ -23,7 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dispatchhq/dispatch"
-	"github.com/dispatchhq/dispatch/router/handoff"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/tracing"
 )

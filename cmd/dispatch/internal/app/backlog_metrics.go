@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/mediator"
-	"github.com/dispatchhq/dispatch/router/handoff"
 	"github.com/dispatchhq/dispatch/router/queue"
 )
 
