@@ -129,12 +129,10 @@ func TestSplitRouterTakesNewJobsFromTheAPI(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	var ids []string
 	for range 3 {
 		waitForOfferRequest(t, in.apiURL)
 		j := in.createJob(jobBody(rc.URL, nil))
 		in.waitStatus(j.ID, 20*time.Second, "COMPLETED")
-		ids = append(ids, j.ID)
 	}
 	if n := apiSample(t, in.apiURL, "dispatch_api_jobs_offered_total"); n != 3 {
 		t.Errorf("dispatch_api_jobs_offered_total = %v, want 3", n)
