@@ -98,7 +98,7 @@ func (r *Router) idleRoom() (map[string]int, <-chan struct{}) {
 // the API not take it, the job's send lease ends and the outbox's sweep
 // sends it then: later, never lost.
 func (r *Router) giveBack(h handoff.Handle, after time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.cfg.Offers.GiveBack(ctx, h, after); err != nil {
 		r.log.Warn("could not give an offered job back to the API; the outbox's sweep sends it when its send lease ends",

@@ -681,9 +681,13 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	for s, c := range changes {
 		r.changeVisibility(s, c, "cannot change visibility; the messages return when their timeout ends")
 	}
+	// At once: each may be a request to the API (split mode), and a stop
+	// must not wait for them one after another.
+	var wg sync.WaitGroup
 	for _, l := range requeue {
-		r.requeued(l, delay, why)
+		wg.Go(func() { r.requeued(l, delay, why) })
 	}
+	wg.Wait()
 }
 
 // changeVisibility sends visibility changes to s in batches of 10, each

@@ -1,0 +1,130 @@
+package router_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// boxOffers is the API's side in process: a real handoff.Box, whose
+// give-backs are recorded instead of sent to a queue.
+type boxOffers struct {
+	box *handoff.Box
+
+	mu    sync.Mutex
+	back  []int64
+	after []time.Duration
+}
+
+func newBoxOffers() *boxOffers {
+	o := &boxOffers{}
+	o.box = handoff.NewBox(func(u dispatch.Unsent, after time.Duration) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.back = append(o.back, u.ID)
+		o.after = append(o.after, after)
+	})
+	return o
+}
+
+func (o *boxOffers) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
+	return o.box.Take(ctx, req), nil
+}
+
+func (o *boxOffers) GiveBack(_ context.Context, h handoff.Handle, after time.Duration) error {
+	o.box.GiveBack(h, after)
+	return nil
+}
+
+func (o *boxOffers) givenBack() ([]int64, []time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]int64(nil), o.back...), append([]time.Duration(nil), o.after...)
+}
+
+// offerJob offers job id to the router once its request waits in the box.
+func (o *boxOffers) offerJob(t *testing.T, id int64) {
+	t.Helper()
+	u := dispatch.Unsent{ID: id, Mark: time.Now(), PoolCode: dispatch.DefaultPool}
+	ptr := dispatch.Pointer{ID: dispatch.FormatID(id), PoolCode: dispatch.DefaultPool, MessageGroupID: dispatch.FormatID(id)}
+	eventually(t, 10*time.Second, func() bool { return o.box.Offer(u, ptr) }, "the router asks for new jobs")
+}
+
+// setupIntake starts a router with one pool over a fresh queue that also
+// asks o for new jobs; mediate stands for the processing endpoint and
+// sees the handle each offered job's request carries.
+func setupIntake(t *testing.T, o *boxOffers, concurrency int, mediate func(ctx context.Context, ptr dispatch.Pointer) error) *router.Router {
+	t.Helper()
+	q := sqstest.New(t, 30*time.Second)
+	r, err := router.New(q.Open(t), mediatorFunc(mediate), router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: concurrency}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Offers: o,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	return r
+}
+
+type mediatorFunc func(ctx context.Context, ptr dispatch.Pointer) error
+
+func (f mediatorFunc) Mediate(ctx context.Context, ptr dispatch.Pointer) error { return f(ctx, ptr) }
+
+// A router with idle workers asks the API for new jobs and mediates what
+// it is offered, each mediation carrying the job's handle; a job done
+// goes back nowhere.
+func TestRouterMediatesTheJobsTheAPIOffers(t *testing.T) {
+	t.Parallel()
+	o := newBoxOffers()
+	handles := make(chan handoff.Handle, 2)
+	setupIntake(t, o, 2, func(ctx context.Context, ptr dispatch.Pointer) error {
+		h, _ := handoff.HandleFrom(ctx)
+		handles <- h
+		return nil
+	})
+	o.offerJob(t, 101)
+	o.offerJob(t, 102)
+	for range 2 {
+		select {
+		case h := <-handles:
+			if h.ID != 101 && h.ID != 102 {
+				t.Errorf("a mediation carried handle %+v, want the offered job's", h)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an offered job was never mediated")
+		}
+	}
+	if back, _ := o.givenBack(); len(back) != 0 {
+		t.Errorf("jobs %v given back, want none", back)
+	}
+}
+
+// A retry of an offered job goes back to the API with its delay, unless
+// the processing endpoint answered that it took the job back itself.
+func TestRouterGivesBackARetryTheAPIDidNotTake(t *testing.T) {
+	t.Parallel()
+	o := newBoxOffers()
+	// One worker: it handles each answer before it asks for the next job,
+	// so once 203 is given back, 202's answer has been handled.
+	setupIntake(t, o, 1, func(_ context.Context, ptr dispatch.Pointer) error {
+		return &dispatch.RetryAfter{Delay: 7 * time.Second, GivenBack: ptr.ID == "202"}
+	})
+	o.offerJob(t, 201)
+	o.offerJob(t, 202)
+	o.offerJob(t, 203)
+	eventually(t, 10*time.Second, func() bool { back, _ := o.givenBack(); return slices.Contains(back, 203) }, "203 given back")
+	back, after := o.givenBack()
+	if len(back) != 2 || back[0] == 202 || back[1] == 202 || after[0] != 7*time.Second || after[1] != 7*time.Second {
+		t.Errorf("given back %v after %v; want 201 and 203 after 7s, not 202 (the API took it)", back, after)
+	}
+}
