@@ -17,14 +17,7 @@ import (
 // wait passed first.
 func (s *Server) offers(c *gin.Context) {
 	var req handoff.Request
-	if err := json.Unmarshal(body(c), &req); err != nil {
-		var p dispatch.Problems
-		p.Add("body", "must be {\"room\": {\"<pool code>\": n}, \"waitSeconds\": n}")
-		s.writeError(c, p.Err())
-		return
-	}
-	if err := req.Check(); err != nil {
-		s.writeError(c, err)
+	if !s.decodeChecked(c, &req, `{"room": {"<pool code>": n}, "waitSeconds": n}`) {
 		return
 	}
 	// The wait ends before the server's read deadline, which would cancel
@@ -50,16 +43,26 @@ func (s *Server) offers(c *gin.Context) {
 // giveBack puts an offered job the router cannot finish on the queue.
 func (s *Server) giveBack(c *gin.Context) {
 	var g handoff.GiveBack
-	if err := json.Unmarshal(body(c), &g); err != nil {
-		var p dispatch.Problems
-		p.Add("body", "must be {\"handle\": {...}, \"afterSeconds\": n}")
-		s.writeError(c, p.Err())
-		return
-	}
-	if err := g.Check(); err != nil {
-		s.writeError(c, err)
+	if !s.decodeChecked(c, &g, `{"handle": {...}, "afterSeconds": n}`) {
 		return
 	}
 	s.cfg.Offers.GiveBack(g.Handle, time.Duration(g.AfterSeconds)*time.Second)
 	c.Status(http.StatusNoContent)
+}
+
+// decodeChecked decodes the request's body into v and checks it: a body
+// that is not the JSON of want, or a value with problems, is answered 400
+// naming every one, and decodeChecked reports false.
+func (s *Server) decodeChecked(c *gin.Context, v interface{ Check() error }, want string) bool {
+	if err := json.Unmarshal(body(c), v); err != nil {
+		var p dispatch.Problems
+		p.Add("body", "must be %s", want)
+		s.writeError(c, p.Err())
+		return false
+	}
+	if err := v.Check(); err != nil {
+		s.writeError(c, err)
+		return false
+	}
+	return true
 }
