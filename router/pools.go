@@ -89,6 +89,7 @@ func (r *Router) apply(pc PoolConfig) {
 		r.pools[pc.Code] = p
 		r.order = append(r.order, p)
 		r.startWorkers(p)
+		r.wakeReceivers()
 		r.log.Info("pool added", "pool", pc.Code, "concurrency", pc.Concurrency, "rate_limit_per_minute", pc.RatePerMinute)
 		return
 	}
@@ -97,6 +98,7 @@ func (r *Router) apply(pc PoolConfig) {
 		p.concurrency = pc.Concurrency
 		r.startWorkers(p)  // more: started now
 		p.cond.Broadcast() // fewer: idle workers leave now, busy ones after their mediation
+		r.wakeReceivers()  // more room: receives and the API's offers may fill it
 	}
 	if old := p.rate(); old != pc.RatePerMinute {
 		r.log.Info("pool rate limit changed", "pool", pc.Code, "from_per_minute", old, "to_per_minute", pc.RatePerMinute)
