@@ -94,7 +94,7 @@ func TestConsoleShowsADeliveryTakenInProcess(t *testing.T) {
 	b.signIn()
 	b.waitFor("the held delivery, taken in process", `[...document.querySelectorAll('#pools .router-in-flight')].some((e) =>
 		e.querySelector('a') && e.querySelector('a').textContent === `+quoteJS(held.ID)+` && e.textContent.includes('mediating') &&
-		e.textContent.includes('mediating, pool DISPATCH-POOL, taken in process'))`)
+		e.textContent.includes('mediating, pool DISPATCH-POOL, handed over at creation, no queue'))`)
 	b.shot("23-overview-in-process")
 }
 

@@ -166,11 +166,12 @@ function inFlightLine(f) {
 }
 
 // heldWhere: a held message's state, group (an ungrouped job is its own,
-// not worth naming), pool, and queue, or that it came from none: taken in
-// process by dispatch all.
+// not worth naming), pool, and queue, or that it came from none: a new
+// job handed to the router at creation (in process in dispatch all, or
+// offered by the API in split mode).
 function heldWhere(o) {
   return [o.state.toLowerCase(), o.groupId && o.groupId !== o.jobId ? 'group ' + o.groupId : null, 'pool ' + o.pool,
-    o.queue ? 'queue ' + o.queue : 'taken in process'].filter(Boolean).join(', ');
+    o.queue ? 'queue ' + o.queue : 'handed over at creation, no queue'].filter(Boolean).join(', ');
 }
 
 // warningsList: the router's latest warnings, the latest first; repeats
