@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -195,4 +196,64 @@ func TestSplitRouterKilledHoldingOfferedJobsLosesNothing(t *testing.T) {
 		t.Errorf("the job was never offered (dispatch_api_jobs_offered_total = %v)", n)
 	}
 	eventually(t, 30*time.Second, in.queueEmpty, func() string { return "a copy left on the queue" })
+}
+
+// takeOffer asks the API for one new job as a router would, with the
+// internal token, and returns the raw offer once a job is created.
+func takeOffer(t *testing.T, in *instance, create func() string) (string, json.RawMessage) {
+	t.Helper()
+	type answer struct {
+		Offers []struct {
+			Pointer struct{ ID string }
+			Handle  json.RawMessage
+		}
+	}
+	got := make(chan answer, 1)
+	go func() {
+		var a answer
+		in.do("POST", "/api/dispatch/process/offers", internalToken, map[string]any{"room": map[string]int{"DISPATCH-POOL": 1}, "waitSeconds": 15}, &a)
+		got <- a
+	}()
+	waitForOfferRequest(t, in.apiURL)
+	id := create()
+	a := <-got
+	if len(a.Offers) != 1 || a.Offers[0].Pointer.ID != id {
+		t.Fatalf("offers %+v, want job %s", a.Offers, id)
+	}
+	return id, a.Offers[0].Handle
+}
+
+// A job a router took from the API reaches the queue when the router gives
+// it back, and, when the router vanishes with it instead, once its send
+// lease ends: the sweep sends it, and a router delivers it from the queue.
+func TestOfferedJobsGivenBackOrAbandonedAreDelivered(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	in := startWith(t, "api", dbURL, q, nil)
+	rc := newReceiver(t, nil)
+	create := func() string { return in.createJob(jobBody(rc.URL, nil)).ID }
+
+	given, h := takeOffer(t, in, create)
+	if !in.queueEmpty() {
+		t.Fatal("an offered job's pointer went to the queue as well")
+	}
+	if code := in.do("POST", "/api/dispatch/process/offers/give-back", internalToken, map[string]any{"handle": h, "afterSeconds": 0}, nil); code != http.StatusNoContent {
+		t.Fatalf("give-back: %d, want 204", code)
+	}
+	abandoned, _ := takeOffer(t, in, create)
+	abandonedAt := time.Now()
+
+	// This router takes jobs from the queue only.
+	spawn(t, "router", baseEnv(dbURL, q, map[string]string{
+		"DISPATCH_PROCESS_URL": in.apiURL + "/api/dispatch/process", "DISPATCH_LOCAL_DELIVERY": "false"}))
+	in.waitStatus(given, 20*time.Second, "COMPLETED")
+	in.waitStatus(abandoned, 90*time.Second, "COMPLETED")
+	if waited := time.Since(abandonedAt); waited < 20*time.Second {
+		t.Errorf("the abandoned job was delivered %v after it was offered, before its 30 s send lease ended", waited)
+	}
+	if n := rc.count(); n != 2 {
+		t.Errorf("target got %d requests for 2 jobs, want 2", n)
+	}
+	eventually(t, 20*time.Second, in.queueEmpty, func() string { return "a copy left on the queue" })
 }
