@@ -95,3 +95,56 @@ func TestRetriedJobTakenInProcessIsSentWhenTheOutboxCannotTakeIt(t *testing.T) {
 		t.Errorf("the queue got %+v, want job 81's pointer", got)
 	}
 }
+
+// fakeRemote is a hand-written outbox.Remote (a router of another process
+// waiting in the API's handoff.Box): it takes the jobs it is told to.
+type fakeRemote struct {
+	mu      sync.Mutex
+	take    map[int64]bool
+	offered []int64
+}
+
+func (f *fakeRemote) Offer(u dispatch.Unsent, ptr dispatch.Pointer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.offered = append(f.offered, u.ID)
+	return f.take[u.ID] && ptr.ID == dispatch.FormatID(u.ID)
+}
+
+// Split mode: a handed pointer a router of another process takes never
+// goes onto the queue; one it declines does. This process's own router,
+// when there is one, is asked first, and a grouped job, or one naming its
+// queue, is offered to neither. A job given back (Requeue) with no delay
+// is sent at once.
+func TestHandedPointersTakenByAnotherProcessSkipTheQueue(t *testing.T) {
+	q := sqstest.New(t, 30*time.Second)
+	store := &fakeOutbox{}
+	p, _ := startPublisher(t, q.Open(t), store)
+	l := &fakeLocal{take: map[string]bool{"41": true}, requeue: map[string]func(time.Duration){}}
+	r := &fakeRemote{take: map[int64]bool{41: true, 42: true}}
+	p.DeliverLocally(l)
+	p.OfferTo(r)
+	mark := time.Now()
+	jobs := []dispatch.Unsent{{ID: 41, Mark: mark}, {ID: 42, Mark: mark}, {ID: 43, Mark: mark},
+		{ID: 44, GroupID: "g", Seq: 1, Mark: mark}, {ID: 45, QueueURL: "named", Mark: mark}}
+	p.Hand(jobs, len(jobs))
+
+	rq := q.Open(t)
+	got := drain(t, rq, 3)
+	ids := []string{got[0].ID, got[1].ID, got[2].ID}
+	slices.Sort(ids)
+	if fmt.Sprint(ids) != "[43 44 45]" {
+		t.Errorf("the queue got %v, want the declined 43, the grouped 44 and 45 (naming a queue) only", ids)
+	}
+	r.mu.Lock()
+	offered := slices.Clone(r.offered)
+	r.mu.Unlock()
+	if fmt.Sprint(offered) != "[42 43]" {
+		t.Errorf("offered to the other process %v, want [42 43]: 41 was taken here, 44 and 45 are never offered", offered)
+	}
+
+	p.Requeue(jobs[1], 0) // the router gave 42 back
+	if back := drain(t, rq, 1); len(back) != 1 || back[0].ID != "42" {
+		t.Errorf("given back %+v, want job 42's pointer", back)
+	}
+}
