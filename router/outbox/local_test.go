@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -49,10 +50,7 @@ func TestHandedPointersTakenInProcessSkipTheQueue(t *testing.T) {
 	p.Hand(jobs, len(jobs))
 
 	rq := q.Open(t)
-	got := drain(t, rq, 3)
-	ids := []string{got[0].ID, got[1].ID, got[2].ID}
-	slices.Sort(ids)
-	if fmt.Sprint(ids) != "[23 31 32]" {
+	if ids := queuedIDs(t, rq, 3); ids != "[23 31 32]" {
 		t.Errorf("the queue got %v, want the declined 23, the grouped 31 and 32 (naming a queue no longer configured: the default) only", ids)
 	}
 	l.mu.Lock()
@@ -96,6 +94,17 @@ func TestRetriedJobTakenInProcessIsSentWhenTheOutboxCannotTakeIt(t *testing.T) {
 	}
 }
 
+// queuedIDs drains n pointers from rq and lists their job ids, sorted.
+func queuedIDs(t *testing.T, rq *queue.Queue, n int) string {
+	t.Helper()
+	var ids []string
+	for _, ptr := range drain(t, rq, n) {
+		ids = append(ids, ptr.ID)
+	}
+	slices.Sort(ids)
+	return fmt.Sprint(ids)
+}
+
 // fakeRemote is a hand-written outbox.Remote (a router of another process
 // waiting in the API's handoff.Box): it takes the jobs it is told to.
 type fakeRemote struct {
@@ -130,10 +139,7 @@ func TestHandedPointersTakenByAnotherProcessSkipTheQueue(t *testing.T) {
 	p.Hand(jobs, len(jobs))
 
 	rq := q.Open(t)
-	got := drain(t, rq, 3)
-	ids := []string{got[0].ID, got[1].ID, got[2].ID}
-	slices.Sort(ids)
-	if fmt.Sprint(ids) != "[43 44 45]" {
+	if ids := queuedIDs(t, rq, 3); ids != "[43 44 45]" {
 		t.Errorf("the queue got %v, want the declined 43, the grouped 44 and 45 (naming a queue) only", ids)
 	}
 	r.mu.Lock()
