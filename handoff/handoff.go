@@ -5,9 +5,11 @@
 // processing endpoint's /offers, with the room each of its pools has); the
 // API answers with the pointers of jobs it has just committed, whose rows
 // are marked queued under a send lease exactly as when they go to the
-// queue. Whatever the router cannot finish (a retry, a stop, a job that
-// waited too long for a worker) it gives back with the job's Handle, and
-// the API's publisher puts it on the queue. A pointer lost between the two
+// queue. A retry the API gives back itself, in the processing request
+// that recorded it (Header); whatever else the router cannot finish (a
+// stop, a job that waited too long for a worker) it gives back with the
+// job's Handle, and the API's publisher puts it on the queue. A pointer
+// lost between the two
 // (either process dies) is sent by the outbox's sweep when the lease ends:
 // later, never lost. See docs/decisions/split-handoff.md.
 package handoff
@@ -52,11 +54,11 @@ func (r Request) Check() error {
 			p.Add("room", "pool codes must be 1 to 100 characters")
 		}
 		if n < 1 || n > MaxPerPool {
-			p.Add("room."+truncate(code), "must be 1 to 10")
+			p.Add("room."+truncate(code), "must be 1 to %d", MaxPerPool)
 		}
 	}
 	if r.WaitSeconds < 0 || r.WaitSeconds > int(MaxWait/time.Second) {
-		p.Add("waitSeconds", "must be 0 to 20")
+		p.Add("waitSeconds", "must be 0 to %d", int(MaxWait/time.Second))
 	}
 	return p.Err()
 }
@@ -122,7 +124,7 @@ func (g GiveBack) Check() error {
 		p.Add("handle.mark", "must be the time the job was marked queued")
 	}
 	if g.AfterSeconds < 0 || g.AfterSeconds > int(dispatch.MaxVisibilityDelay/time.Second) {
-		p.Add("afterSeconds", "must be 0 to 43200")
+		p.Add("afterSeconds", "must be 0 to %d", int(dispatch.MaxVisibilityDelay/time.Second))
 	}
 	return p.Err()
 }

@@ -1,7 +1,6 @@
 package mediator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,15 +52,10 @@ func NewHTTP(url, token string, timeout time.Duration) *HTTP {
 // *dispatch.RetryAfter when the endpoint asks for a retry, and any other
 // error (connection failure, timeout, 5xx) for the router's own backoff.
 func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
-	body, err := json.Marshal(ptr)
+	req, err := h.newRequest(ctx, h.url, ptr)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	if h.Tracer.Enabled() {
 		var span trace.Span
 		ctx, span = h.Tracer.Start(ctx, http.MethodPost, trace.SpanKindClient,
@@ -78,9 +72,6 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 			}
 			span.End()
 		}()
-	}
-	if h.token != "" {
-		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
 	if hd, ok := handoff.HandleFrom(ctx); ok {
 		req.Header.Set(handoff.Header, hd.EncodeHeader())

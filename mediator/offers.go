@@ -55,14 +55,22 @@ func (h *HTTP) GiveBack(ctx context.Context, hd handoff.Handle, after time.Durat
 	return nil
 }
 
-// post sends v as JSON to the processing URL's path under it, with the
-// internal token.
+// post sends v as JSON to path under the processing URL.
 func (h *HTTP) post(ctx context.Context, path string, v any) (*http.Response, error) {
+	req, err := h.newRequest(ctx, strings.TrimSuffix(h.url, "/")+path, v)
+	if err != nil {
+		return nil, err
+	}
+	return h.client.Do(req)
+}
+
+// newRequest is a POST of v as JSON to url, with the internal token.
+func (h *HTTP) newRequest(ctx context.Context, url string, v any) (*http.Request, error) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(h.url, "/")+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -70,5 +78,5 @@ func (h *HTTP) post(ctx context.Context, path string, v any) (*http.Response, er
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
-	return h.client.Do(req)
+	return req, nil
 }
