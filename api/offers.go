@@ -14,10 +14,11 @@ import (
 // offers is the internal long poll through which a router of another
 // process takes the pointers of jobs just created here, for its pools
 // with an idle worker (handoff): 200 {"offers": [...]}, with none when the
-// wait passed first.
+// wait passed first; 409 when the router consumes none of the queue the
+// offered jobs are bound for.
 func (s *Server) offers(c *gin.Context) {
 	var req handoff.Request
-	if !s.decodeChecked(c, &req, `{"room": {"<pool code>": n}, "waitSeconds": n}`) {
+	if !s.decodeChecked(c, &req, `{"room": {"<pool code>": n}, "queues": ["<queue name>"], "waitSeconds": n}`) {
 		return
 	}
 	// The wait ends before the server's read deadline, which would cancel
@@ -28,7 +29,12 @@ func (s *Server) offers(c *gin.Context) {
 	}
 	req.WaitSeconds = min(req.WaitSeconds, max(int((read-2*time.Second)/time.Second), 0))
 	ctx := c.Request.Context()
-	got := s.cfg.Offers.Take(ctx, req)
+	got, err := s.cfg.Offers.Take(ctx, req)
+	if err != nil {
+		s.writeError(c, dispatch.Errorf(dispatch.EConflict,
+			"this API offers jobs bound for queue %s only, and the router consumes none of it; it takes its jobs from its own queues", s.cfg.Offers.Queue()))
+		return
+	}
 	if ctx.Err() != nil {
 		// The router has gone: nobody will read them.
 		s.cfg.Offers.Return(got)

@@ -19,6 +19,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,9 +35,11 @@ const MaxPerPool = 10
 
 // Request is what a router asks for: up to Room[code] pointers for each
 // of its pools with an idle worker, waiting up to WaitSeconds for the
-// first.
+// first. Queues names the queues the router consumes: it is offered only
+// jobs bound for one of them, as it would have received them.
 type Request struct {
 	Room        map[string]int `json:"room"`
+	Queues      []string       `json:"queues"`
 	WaitSeconds int            `json:"waitSeconds"`
 }
 
@@ -55,6 +58,15 @@ func (r Request) Check() error {
 		}
 		if n < 1 || n > MaxPerPool {
 			p.Add("room."+truncate(code), "must be 1 to %d", MaxPerPool)
+		}
+	}
+	if len(r.Queues) == 0 || len(r.Queues) > 100 {
+		p.Add("queues", "must name 1 to 100 queues")
+	}
+	for _, q := range r.Queues {
+		if q == "" || len(q) > 80 {
+			p.Add("queues", "queue names must be 1 to 80 characters")
+			break
 		}
 	}
 	if r.WaitSeconds < 0 || r.WaitSeconds > int(MaxWait/time.Second) {
@@ -129,8 +141,9 @@ func (g GiveBack) Check() error {
 	return p.Err()
 }
 
-// ErrNotOffered means the API offers no jobs (an older version, or none
-// at this address): the router takes them from the queue only.
+// ErrNotOffered means the API offers no jobs to this router (an older
+// version, or the router consumes none of the queue its new jobs are
+// bound for): the router takes them from its queues only.
 var ErrNotOffered = errors.New("the processing endpoint offers no jobs")
 
 // Box is the API's side: routers' requests wait in it, and the publisher
@@ -138,6 +151,7 @@ var ErrNotOffered = errors.New("the processing endpoint offers no jobs")
 // in its pool. A request answers as soon as it holds one pointer (with what
 // more has come by the time it runs), so no timer is on a delivery's path.
 type Box struct {
+	queue   string // the name of the queue the offered jobs are bound for
 	requeue func(u dispatch.Unsent, after time.Duration)
 
 	mu      sync.Mutex
@@ -152,11 +166,16 @@ type request struct {
 	ready  chan struct{} // closed with the first offer
 }
 
-// NewBox returns a Box. requeue puts a job's pointer on the queue, to be
-// mediated no sooner than after (the publisher's Requeue).
-func NewBox(requeue func(u dispatch.Unsent, after time.Duration)) *Box {
-	return &Box{requeue: requeue}
+// NewBox returns a Box for jobs bound for the queue named queue (the
+// API's default queue): only routers consuming it are offered them.
+// requeue puts a job's pointer on that queue, to be mediated no sooner
+// than after (the publisher's Requeue).
+func NewBox(queue string, requeue func(u dispatch.Unsent, after time.Duration)) *Box {
+	return &Box{queue: queue, requeue: requeue}
 }
+
+// Queue is the name of the queue the offered jobs are bound for.
+func (b *Box) Queue() string { return b.queue }
 
 // Offer hands u's pointer to a waiting request with room in its pool, and
 // reports whether one took it.
@@ -183,8 +202,13 @@ func (b *Box) Offer(u dispatch.Unsent, ptr dispatch.Pointer) bool {
 
 // Take waits until req's room holds at least one pointer, req's wait has
 // passed or ctx has ended, and returns the pointers handed over. Once it
-// has returned, nothing more is added to them.
-func (b *Box) Take(ctx context.Context, req Request) []Offer {
+// has returned, nothing more is added to them. A request naming none of
+// the box's queue gets ErrNotOffered at once: a router consuming only
+// other queues must not mediate jobs bound for this one.
+func (b *Box) Take(ctx context.Context, req Request) ([]Offer, error) {
+	if !slices.Contains(req.Queues, b.queue) {
+		return nil, ErrNotOffered
+	}
 	r := &request{room: make(map[string]int, len(req.Room)), ready: make(chan struct{})}
 	for code, n := range req.Room {
 		r.room[code] = min(n, MaxPerPool)
@@ -192,7 +216,7 @@ func (b *Box) Take(ctx context.Context, req Request) []Offer {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	b.waiting = append(b.waiting, r)
 	b.mu.Unlock()
@@ -213,7 +237,7 @@ func (b *Box) Take(ctx context.Context, req Request) []Offer {
 			break
 		}
 	}
-	return r.offers
+	return r.offers, nil
 }
 
 // Close answers every waiting request now, with what it holds, and

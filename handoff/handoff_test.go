@@ -42,17 +42,18 @@ func waitFor(t *testing.T, b *handoff.Box, n int) {
 }
 
 func TestNothingIsOfferedWhileNoRouterAsks(t *testing.T) {
-	b := handoff.NewBox((&requeued{}).requeue)
+	b := handoff.NewBox("jobs.fifo", (&requeued{}).requeue)
 	if b.Offer(job(1, "P")) {
 		t.Fatal("a job was taken with no request waiting")
 	}
 }
 
 func TestARequestTakesItsPoolsJobsUpToItsRoom(t *testing.T) {
-	b := handoff.NewBox((&requeued{}).requeue)
+	b := handoff.NewBox("jobs.fifo", (&requeued{}).requeue)
 	got := make(chan []handoff.Offer)
 	go func() {
-		got <- b.Take(context.Background(), handoff.Request{Room: map[string]int{"P": 2}, WaitSeconds: 20})
+		offers, _ := b.Take(context.Background(), handoff.Request{Queues: []string{"other.fifo", "jobs.fifo"}, Room: map[string]int{"P": 2}, WaitSeconds: 20})
+		got <- offers
 	}()
 	waitFor(t, b, 1)
 	if b.Offer(job(1, "OTHER")) {
@@ -80,10 +81,10 @@ func TestARequestTakesItsPoolsJobsUpToItsRoom(t *testing.T) {
 }
 
 func TestAWaitEndsEmptyAndCloseAnswersAtOnce(t *testing.T) {
-	b := handoff.NewBox((&requeued{}).requeue)
+	b := handoff.NewBox("jobs.fifo", (&requeued{}).requeue)
 	start := time.Now()
-	if offers := b.Take(context.Background(), handoff.Request{Room: map[string]int{"P": 1}, WaitSeconds: 1}); len(offers) != 0 {
-		t.Fatalf("offers %+v from an empty box", offers)
+	if offers, err := b.Take(context.Background(), handoff.Request{Queues: []string{"other.fifo", "jobs.fifo"}, Room: map[string]int{"P": 1}, WaitSeconds: 1}); len(offers) != 0 || err != nil {
+		t.Fatalf("offers %+v, %v from an empty box", offers, err)
 	}
 	if d := time.Since(start); d < time.Second {
 		t.Errorf("the wait ended after %v, want 1 s", d)
@@ -91,7 +92,7 @@ func TestAWaitEndsEmptyAndCloseAnswersAtOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.Take(context.Background(), handoff.Request{Room: map[string]int{"P": 1}, WaitSeconds: 20})
+		b.Take(context.Background(), handoff.Request{Queues: []string{"other.fifo", "jobs.fifo"}, Room: map[string]int{"P": 1}, WaitSeconds: 20})
 	}()
 	waitFor(t, b, 1)
 	b.Close()
@@ -105,12 +106,29 @@ func TestAWaitEndsEmptyAndCloseAnswersAtOnce(t *testing.T) {
 	}
 }
 
+// A router consuming only other queues is told at once that it is
+// offered nothing, and takes nothing: the jobs are bound for a queue it
+// does not serve.
+func TestARouterOfOtherQueuesIsOfferedNothing(t *testing.T) {
+	b := handoff.NewBox("jobs.fifo", (&requeued{}).requeue)
+	offers, err := b.Take(context.Background(), handoff.Request{Queues: []string{"other.fifo"}, Room: map[string]int{"P": 1}, WaitSeconds: 20})
+	if !errors.Is(err, handoff.ErrNotOffered) || offers != nil {
+		t.Fatalf("Take() = %v, %v; want ErrNotOffered", offers, err)
+	}
+	if b.Waiting() != 0 || b.Offer(job(1, "P")) {
+		t.Error("the request of a router of other queues waits for jobs")
+	}
+}
+
 func TestReturnedAndGivenBackJobsGoToTheQueue(t *testing.T) {
 	rq := &requeued{}
-	b := handoff.NewBox(rq.requeue)
+	b := handoff.NewBox("jobs.fifo", rq.requeue)
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan []handoff.Offer)
-	go func() { got <- b.Take(ctx, handoff.Request{Room: map[string]int{"P": 1}, WaitSeconds: 20}) }()
+	go func() {
+		offers, _ := b.Take(ctx, handoff.Request{Queues: []string{"jobs.fifo"}, Room: map[string]int{"P": 1}, WaitSeconds: 20})
+		got <- offers
+	}()
 	waitFor(t, b, 1)
 	b.Offer(job(7, "P"))
 	cancel()
@@ -137,10 +155,10 @@ func TestHandleHeaderRoundTripsAndRefusesJunk(t *testing.T) {
 func TestRequestCheckNamesEveryBadField(t *testing.T) {
 	err := handoff.Request{Room: map[string]int{"P": 11}, WaitSeconds: -1}.Check()
 	var e *dispatch.Error
-	if err == nil || !errors.As(err, &e) || len(e.Details) != 2 {
-		t.Fatalf("Check() = %v, want two problems", err)
+	if err == nil || !errors.As(err, &e) || len(e.Details) != 3 {
+		t.Fatalf("Check() = %v, want three problems (room, queues, waitSeconds)", err)
 	}
-	if err := (handoff.Request{Room: map[string]int{"P": 10}, WaitSeconds: 20}).Check(); err != nil {
+	if err := (handoff.Request{Queues: []string{"other.fifo", "jobs.fifo"}, Room: map[string]int{"P": 10}, WaitSeconds: 20}).Check(); err != nil {
 		t.Errorf("a good request was refused: %v", err)
 	}
 }

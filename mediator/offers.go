@@ -16,7 +16,9 @@ import (
 // Take asks the processing endpoint's API for the pointers of jobs it has
 // just created, up to req.Room per pool, waiting up to req.WaitSeconds for
 // the first (the router's side of handoff). It returns
-// handoff.ErrNotOffered when the API offers none (404: an older version).
+// handoff.ErrNotOffered when the API offers this router none: 404 (an
+// older version) or 409 (the router consumes none of the queue the API's
+// new jobs are bound for; the API's message says which).
 func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
 	resp, err := h.post(ctx, "/offers", req)
 	if err != nil {
@@ -27,6 +29,8 @@ func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, 
 	case http.StatusOK:
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		return nil, handoff.ErrNotOffered
+	case http.StatusConflict:
+		return nil, fmt.Errorf("%w: %s", handoff.ErrNotOffered, errorMessage(resp.Body))
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return nil, fmt.Errorf("take offered jobs: %w", ErrUnauthorized)
 	default:
@@ -79,4 +83,16 @@ func (h *HTTP) newRequest(ctx context.Context, url string, v any) (*http.Request
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
 	return req, nil
+}
+
+// errorMessage is the message of the API's error answer in body, or "" when
+// body is not one.
+func errorMessage(body io.Reader) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&e)
+	return e.Error.Message
 }

@@ -33,13 +33,14 @@ func (r *Router) intake(ctx context.Context) {
 			continue
 		}
 		asked := time.Now()
-		offers, err := r.cfg.Offers.Take(ctx, handoff.Request{Room: room, WaitSeconds: max(int(r.cfg.ReceiveWait/time.Second), 1)})
+		offers, err := r.cfg.Offers.Take(ctx, handoff.Request{Room: room, Queues: r.queueNames(),
+			WaitSeconds: max(int(r.cfg.ReceiveWait/time.Second), 1)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if errors.Is(err, handoff.ErrNotOffered) {
-				r.log.Info("the processing endpoint offers no new jobs (an older API); taking them from the queue only, asking again in a minute")
+				r.log.Info("the processing endpoint offers this router no new jobs; taking them from its queues only, asking again in a minute", "reason", err)
 				sleepCtx(ctx, time.Minute)
 				continue
 			}
@@ -63,6 +64,15 @@ func (r *Router) intake(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// queueNames names the queues the router consumes.
+func (r *Router) queueNames() []string {
+	names := make([]string, len(r.sources))
+	for i, s := range r.sources {
+		names[i] = s.name
+	}
+	return names
 }
 
 // idleRoom is the idle workers of each pool that takes jobs in process

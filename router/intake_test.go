@@ -24,9 +24,10 @@ type boxOffers struct {
 	after []time.Duration
 }
 
-func newBoxOffers() *boxOffers {
+// newBoxOffers is a box for jobs bound for the queue named queue.
+func newBoxOffers(queue string) *boxOffers {
 	o := &boxOffers{}
-	o.box = handoff.NewBox(func(u dispatch.Unsent, after time.Duration) {
+	o.box = handoff.NewBox(queue, func(u dispatch.Unsent, after time.Duration) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		o.back = append(o.back, u.ID)
@@ -36,7 +37,7 @@ func newBoxOffers() *boxOffers {
 }
 
 func (o *boxOffers) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
-	return o.box.Take(ctx, req), nil
+	return o.box.Take(ctx, req)
 }
 
 func (o *boxOffers) GiveBack(_ context.Context, h handoff.Handle, after time.Duration) error {
@@ -59,12 +60,14 @@ func (o *boxOffers) offerJob(t *testing.T, id int64) {
 }
 
 // setupIntake starts a router with one pool over a fresh queue that also
-// asks o for new jobs; mediate stands for the processing endpoint and
-// sees the handle each offered job's request carries.
-func setupIntake(t *testing.T, o *boxOffers, concurrency int, mediate func(ctx context.Context, ptr dispatch.Pointer) error) *router.Router {
+// asks for new jobs, of a box for jobs bound for that queue; mediate
+// stands for the processing endpoint and sees the handle each offered
+// job's request carries.
+func setupIntake(t *testing.T, concurrency int, mediate func(ctx context.Context, ptr dispatch.Pointer) error) (*router.Router, *boxOffers) {
 	t.Helper()
-	q := sqstest.New(t, 30*time.Second)
-	r, err := router.New(q.Open(t), mediatorFunc(mediate), router.Config{
+	q := sqstest.New(t, 30*time.Second).Open(t)
+	o := newBoxOffers(q.Name())
+	r, err := router.New(q, mediatorFunc(mediate), router.Config{
 		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: concurrency}},
 		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
 		Logger: slog.New(slog.DiscardHandler), Offers: o,
@@ -73,7 +76,7 @@ func setupIntake(t *testing.T, o *boxOffers, concurrency int, mediate func(ctx c
 		t.Fatal(err)
 	}
 	runUntilCleanup(t, r)
-	return r
+	return r, o
 }
 
 type mediatorFunc func(ctx context.Context, ptr dispatch.Pointer) error
@@ -85,9 +88,8 @@ func (f mediatorFunc) Mediate(ctx context.Context, ptr dispatch.Pointer) error {
 // goes back nowhere.
 func TestRouterMediatesTheJobsTheAPIOffers(t *testing.T) {
 	t.Parallel()
-	o := newBoxOffers()
 	handles := make(chan handoff.Handle, 2)
-	setupIntake(t, o, 2, func(ctx context.Context, ptr dispatch.Pointer) error {
+	_, o := setupIntake(t, 2, func(ctx context.Context, ptr dispatch.Pointer) error {
 		h, _ := handoff.HandleFrom(ctx)
 		handles <- h
 		return nil
@@ -113,10 +115,9 @@ func TestRouterMediatesTheJobsTheAPIOffers(t *testing.T) {
 // the processing endpoint answered that it took the job back itself.
 func TestRouterGivesBackARetryTheAPIDidNotTake(t *testing.T) {
 	t.Parallel()
-	o := newBoxOffers()
 	// One worker: it handles each answer before it asks for the next job,
 	// so once 203 is given back, 202's answer has been handled.
-	setupIntake(t, o, 1, func(_ context.Context, ptr dispatch.Pointer) error {
+	_, o := setupIntake(t, 1, func(_ context.Context, ptr dispatch.Pointer) error {
 		return &dispatch.RetryAfter{Delay: 7 * time.Second, GivenBack: ptr.ID == "202"}
 	})
 	o.offerJob(t, 201)

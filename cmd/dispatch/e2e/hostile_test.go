@@ -526,8 +526,8 @@ func TestProcessingEndpointNeedsTheInternalToken(t *testing.T) {
 		fields []string
 	}{
 		{process + "/offers", map[string]any{"room": map[string]int{"DISPATCH-POOL": 0, "": 3}, "waitSeconds": 99},
-			[]string{"room.DISPATCH-POOL", "room", "waitSeconds"}},
-		{process + "/offers", map[string]any{"room": map[string]int{}}, []string{"room"}},
+			[]string{"room.DISPATCH-POOL", "room", "queues", "waitSeconds"}},
+		{process + "/offers", map[string]any{"room": map[string]int{}, "queues": []string{""}}, []string{"room", "queues"}},
 		{process + "/offers", "not an object", []string{"body"}},
 		{process + "/offers/give-back", map[string]any{"handle": map[string]any{}, "afterSeconds": -1},
 			[]string{"handle.id", "handle.mark", "afterSeconds"}},

@@ -211,7 +211,7 @@ func takeOffer(t *testing.T, in *instance, create func() string) (string, json.R
 	got := make(chan answer, 1)
 	go func() {
 		var a answer
-		in.do("POST", "/api/dispatch/process/offers", internalToken, map[string]any{"room": map[string]int{"DISPATCH-POOL": 1}, "waitSeconds": 15}, &a)
+		in.do("POST", "/api/dispatch/process/offers", internalToken, map[string]any{"room": map[string]int{"DISPATCH-POOL": 1}, "queues": []string{in.queue.Name}, "waitSeconds": 15}, &a)
 		got <- a
 	}()
 	waitForOfferRequest(t, in.apiURL)

@@ -222,6 +222,15 @@ func TestSeedJobNamingItsQueueIsDeliveredThroughIt(t *testing.T) {
 	if n := byDefault.poolSucceeded("DISPATCH-POOL"); n != 1 {
 		t.Errorf("a job naming no queue: the default queue's router mediated %d, want 1", n)
 	}
+	// The router polling only the seed's queue asks the API for new jobs
+	// too, and is told it is offered none: they are bound for the default
+	// queue, which it does not serve.
+	eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(bySeed.stderr.String(), "offers this router no new jobs") &&
+			strings.Contains(bySeed.stderr.String(), def.Name)
+	}, func() string {
+		return "the seed queue's router logged no refused offer request:\n" + tail(bySeed.stderr.String(), 10)
+	})
 
 	// Neither a queue nor a pool that is not configured.
 	for field, value := range map[string]string{"queueUrl": "http://localhost:9324/000000000000/other.fifo", "poolCode": "FAST"} {

@@ -416,7 +416,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		st.HandOffTo(publisher) // new jobs' pointers go out with no outbox query
 		// Routers of other processes may ask for new jobs' pointers
 		// (handoff); a job one cannot finish comes back to the publisher.
-		offers := handoff.NewBox(publisher.Requeue)
+		offers := handoff.NewBox(q.Name(), publisher.Requeue)
 		publisher.OfferTo(offers)
 		if err := registerOffers(a.reg, offers); err != nil {
 			return err
