@@ -19,9 +19,11 @@ import (
 type boxOffers struct {
 	box *handoff.Box
 
-	mu    sync.Mutex
-	back  []int64
-	after []time.Duration
+	mu      sync.Mutex
+	back    []int64
+	after   []time.Duration
+	asking  int // the room of the requests waiting now
+	askedHi int // the most asking has been
 }
 
 // newBoxOffers is a box for jobs bound for the queue named queue.
@@ -37,7 +39,28 @@ func newBoxOffers(queue string) *boxOffers {
 }
 
 func (o *boxOffers) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
+	n := 0
+	for _, r := range req.Room {
+		n += r
+	}
+	o.mu.Lock()
+	o.asking += n
+	o.askedHi = max(o.askedHi, o.asking)
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.asking -= n
+		o.mu.Unlock()
+	}()
 	return o.box.Take(ctx, req)
+}
+
+// room is the room the requests waiting now ask for, and the most they
+// have asked for at once.
+func (o *boxOffers) room() (now, most int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.asking, o.askedHi
 }
 
 func (o *boxOffers) GiveBack(_ context.Context, h handoff.Handle, after time.Duration) error {
@@ -127,5 +150,34 @@ func TestRouterGivesBackARetryTheAPIDidNotTake(t *testing.T) {
 	back, after := o.givenBack()
 	if len(back) != 2 || back[0] == 202 || back[1] == 202 || after[0] != 7*time.Second || after[1] != 7*time.Second {
 		t.Errorf("given back %v after %v; want 201 and 203 after 7s, not 202 (the API took it)", back, after)
+	}
+}
+
+// A router with more idle workers than one request may ask for keeps
+// several requests open, so that a job created while one answer is being
+// handled still finds one waiting; together they never ask for more than
+// its idle workers.
+func TestRouterKeepsSeveralRequestsOpenWithinItsIdleWorkers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(5)
+	_, o := setupIntake(t, 25, func(context.Context, dispatch.Pointer) error {
+		started.Done()
+		<-release
+		return nil
+	})
+	t.Cleanup(func() { close(release) }) // before the router stops
+	eventually(t, 10*time.Second, func() bool { now, _ := o.room(); return now == 25 && o.box.Waiting() == 3 },
+		"three requests ask for the 25 idle workers (10, 10 and 5)")
+	for id := range int64(5) {
+		o.offerJob(t, 301+id)
+	}
+	started.Wait()
+	// Five workers busy: the requests answered ask again, for what is left.
+	eventually(t, 10*time.Second, func() bool { now, _ := o.room(); return now == 20 },
+		"the requests ask for the 20 idle workers left")
+	if _, most := o.room(); most > 25 {
+		t.Errorf("the requests asked for %d at once, more than the pool's 25 workers", most)
 	}
 }

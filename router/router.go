@@ -119,6 +119,8 @@ type Router struct {
 	reserved  int           // messages asked for by receives under way
 	loops     int           // receive loops, of all queues
 	space     chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
+
+	notOffered atomic.Bool // the API answered that it offers this router no new jobs (intake)
 }
 
 // heldKey names a held message: its queue and its SQS MessageId (stable
@@ -278,8 +280,10 @@ func (r *Router) Run(ctx context.Context) error {
 		go func() { defer receivers.Done(); r.consume(ctx, helperCtx, &helpers, s) }()
 	}
 	if r.cfg.Offers != nil {
-		receivers.Add(1)
-		go func() { defer receivers.Done(); r.intake(ctx) }()
+		for range intakeLoops {
+			receivers.Add(1)
+			go func() { defer receivers.Done(); r.intake(ctx) }()
+		}
 	}
 
 	// The shutdown deadline counts from the signal, not from the end of
@@ -850,6 +854,7 @@ type Pool struct {
 	ready    []string              // groups with buffered messages and none in flight
 	buffered int
 	inFlight int
+	promised int // room the router's requests for new jobs have asked the API for (intake)
 
 	succeeded, failed, retried, rateLimited atomic.Int64
 	mediations, mediationNanos              atomic.Int64

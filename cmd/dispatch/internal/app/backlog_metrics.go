@@ -114,7 +114,7 @@ func registerOffers(reg prometheus.Registerer, b *handoff.Box) error {
 		}, func() float64 { return float64(b.Offered()) })),
 		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dispatch_api_offer_requests_waiting",
-			Help: "Routers' requests for new jobs waiting in this API (split mode; one per router with an idle worker).",
+			Help: "Routers' requests for new jobs waiting in this API (split mode; up to four per router with idle workers).",
 		}, func() float64 { return float64(b.Waiting()) })),
 	)
 }
