@@ -33,6 +33,9 @@ const MaxWait = 20 * time.Second
 // receive's ten messages.
 const MaxPerPool = 10
 
+// MaxPools bounds the pools one request names.
+const MaxPools = 100
+
 // Request is what a router asks for: up to Room[code] pointers for each
 // of its pools with an idle worker, waiting up to WaitSeconds for the
 // first. Queues names the queues the router consumes: it is offered only
@@ -49,8 +52,8 @@ func (r Request) Check() error {
 	if len(r.Room) == 0 {
 		p.Add("room", "must name at least one pool")
 	}
-	if len(r.Room) > 100 {
-		p.Add("room", "must name at most 100 pools")
+	if len(r.Room) > MaxPools {
+		p.Add("room", "must name at most %d pools", MaxPools)
 	}
 	for code, n := range r.Room {
 		if code == "" || len(code) > 100 {

@@ -17,10 +17,19 @@ import (
 // just created, up to req.Room per pool, waiting up to req.WaitSeconds for
 // the first (the router's side of handoff). It returns
 // handoff.ErrNotOffered when the API offers this router none: 404 (an
-// older version) or 409 (the router consumes none of the queue the API's
-// new jobs are bound for; the API's message says which).
+// older version), 409 (the router consumes none of the queue the API's
+// new jobs are bound for; the API's message says which) or 400.
+//
+// The wait ends with ctx, but an answer that has begun to come is read
+// whole even so: the API counts its jobs as the router's once it has
+// written it, and a stopping router gives back what it holds, where an
+// answer dropped half-read would leave its jobs to the outbox's sweep.
 func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, error) {
-	resp, err := h.post(ctx, "/offers", req)
+	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopWaiting := context.AfterFunc(ctx, cancel)
+	resp, err := h.post(reqCtx, "/offers", req)
+	stopWaiting()
 	if err != nil {
 		return nil, fmt.Errorf("take offered jobs: %w", err)
 	}
@@ -29,8 +38,11 @@ func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, 
 	case http.StatusOK:
 	case http.StatusNotFound, http.StatusMethodNotAllowed:
 		return nil, handoff.ErrNotOffered
-	case http.StatusConflict:
-		return nil, fmt.Errorf("%w: %s", handoff.ErrNotOffered, errorMessage(resp.Body))
+	case http.StatusConflict, http.StatusBadRequest:
+		// 409: the router consumes none of the API's queue; 400: the API
+		// refuses the request (another version's rules). Either way asking
+		// again at once would get the same answer.
+		return nil, fmt.Errorf("%w: the API answered %d: %s", handoff.ErrNotOffered, resp.StatusCode, errorMessage(resp.Body))
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return nil, fmt.Errorf("take offered jobs: %w", ErrUnauthorized)
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
 )
 
@@ -21,7 +22,9 @@ type Offers interface {
 // created between its answer and the next request went through the
 // queue: at full load, half of them. Four leave almost none to the queue
 // (more gained nothing; see docs/benchmarks.md), and at a low rate the
-// ones not answered just wait.
+// ones not answered just wait. A request asks for at most
+// handoff.MaxPerPool jobs a pool, so only a pool with more idle workers
+// than that keeps more than one open.
 const intakeLoops = 4
 
 // intake asks Config.Offers for new jobs for the pools with an idle worker,
@@ -51,7 +54,14 @@ func (r *Router) intake(ctx context.Context) {
 // into the pools, gives the room back, and returns how long to wait before
 // asking again.
 func (r *Router) takeOffers(ctx context.Context, room map[string]int, promised []promise, backoff *time.Duration) time.Duration {
-	defer r.unpromise(promised) // once the jobs that came are in their pools
+	given := false
+	giveRoom := func() {
+		if !given {
+			given = true
+			r.unpromise(promised)
+		}
+	}
+	defer giveRoom()
 	asked := time.Now()
 	offers, err := r.cfg.Offers.Take(ctx, handoff.Request{Room: room, Queues: r.queueNames(),
 		WaitSeconds: max(int(r.cfg.ReceiveWait/time.Second), 1)})
@@ -74,15 +84,21 @@ func (r *Router) takeOffers(ctx context.Context, room map[string]int, promised [
 	if r.notOffered.CompareAndSwap(true, false) {
 		r.log.Info("the processing endpoint offers this router new jobs again")
 	}
+	// An answer that came as the router began to stop is taken all the
+	// same: the stop gives back what has not started.
+	var declined []handoff.Handle
 	for _, o := range offers {
 		h := o.Handle
 		giveBack := func(after time.Duration) { r.giveBack(h, after) }
 		if !r.offer(o.Pointer, o.TraceContext, giveBack, &h) {
-			// Its room went meanwhile, the router is stopping, or a
-			// copy of it is held already.
+			// Its room went meanwhile, or a copy of it is held already.
 			r.metrics.localRequeued.WithLabelValues(requeueNoRoom).Inc()
-			giveBack(0)
+			declined = append(declined, h)
 		}
+	}
+	giveRoom() // before the give-backs' requests: other loops may ask meanwhile
+	for _, h := range declined {
+		r.giveBack(h, 0)
 	}
 	if len(offers) == 0 && time.Since(asked) < time.Second {
 		return time.Second // the API waits less than asked: do not spin
@@ -108,27 +124,36 @@ type promise struct {
 // promiseRoom takes the idle workers of each pool that takes jobs in
 // process (no rate limit, not draining) that no other request has asked
 // for, up to handoff.MaxPerPool, for one request; unpromise gives them
-// back once it is answered. When no pool has any, it returns a channel
+// back once it is answered. Together the requests ask for no more jobs
+// than the router may hold (maxHeld), and one names at most
+// handoff.MaxPools pools. When no pool has any, it returns a channel
 // closed when a held message goes or a request's room is given back.
 func (r *Router) promiseRoom() (map[string]int, []promise, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	left := r.maxHeld - len(r.groups)
+	for _, p := range r.pools {
+		left -= p.promised
+	}
 	var room map[string]int
 	var promised []promise
-	if len(r.groups) < r.maxHeld {
-		for code, p := range r.pools {
-			if p.draining || p.rate() > 0 {
-				continue
+	for code, p := range r.pools {
+		if left <= 0 || len(room) == handoff.MaxPools {
+			break
+		}
+		// A code no job can name (dispatch.MaxPoolCodeLen) is never offered.
+		if p.draining || p.rate() > 0 || len(code) > dispatch.MaxPoolCodeLen {
+			continue
+		}
+		if n := min(p.workers, p.concurrency) - p.inFlight - p.buffered - p.promised; n > 0 {
+			if room == nil {
+				room = map[string]int{}
 			}
-			if n := min(p.workers, p.concurrency) - p.inFlight - p.buffered - p.promised; n > 0 {
-				if room == nil {
-					room = map[string]int{}
-				}
-				n = min(n, handoff.MaxPerPool)
-				room[code] = n
-				p.promised += n
-				promised = append(promised, promise{p, n})
-			}
+			n = min(n, handoff.MaxPerPool, left)
+			room[code] = n
+			p.promised += n
+			left -= n
+			promised = append(promised, promise{p, n})
 		}
 	}
 	if room != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +23,9 @@ type boxOffers struct {
 	mu      sync.Mutex
 	back    []int64
 	after   []time.Duration
-	asking  int // the room of the requests waiting now
-	askedHi int // the most asking has been
+	asking  int            // the room of the requests waiting now
+	askedHi int            // the most asking has been
+	pools   map[string]int // the pools requests have named, and how often
 }
 
 // newBoxOffers is a box for jobs bound for the queue named queue.
@@ -46,6 +48,12 @@ func (o *boxOffers) Take(ctx context.Context, req handoff.Request) ([]handoff.Of
 	o.mu.Lock()
 	o.asking += n
 	o.askedHi = max(o.askedHi, o.asking)
+	if o.pools == nil {
+		o.pools = map[string]int{}
+	}
+	for code := range req.Room {
+		o.pools[code]++
+	}
 	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
@@ -179,5 +187,30 @@ func TestRouterKeepsSeveralRequestsOpenWithinItsIdleWorkers(t *testing.T) {
 		"the requests ask for the 20 idle workers left")
 	if _, most := o.room(); most > 25 {
 		t.Errorf("the requests asked for %d at once, more than the pool's 25 workers", most)
+	}
+}
+
+// A pool whose code no job can name (longer than dispatch.MaxPoolCodeLen)
+// is left out of the requests: named, it would have the API refuse them
+// all, and no job could be offered to it anyway.
+func TestRouterAsksOnlyForPoolsAJobCanName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("L", dispatch.MaxPoolCodeLen+1)
+	q := sqstest.New(t, 30*time.Second).Open(t)
+	o := newBoxOffers(q.Name())
+	r, err := router.New(q, mediatorFunc(func(context.Context, dispatch.Pointer) error { return nil }), router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 2}, {Code: long, Concurrency: 2}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Offers: o,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	o.offerJob(t, 401) // the default pool is asked for
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pools[long] != 0 {
+		t.Errorf("requests named the pool %q, which no job can name", long)
 	}
 }
