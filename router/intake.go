@@ -63,7 +63,7 @@ func (r *Router) takeOffers(ctx context.Context, room map[string]int, promised [
 	}
 	defer giveRoom()
 	asked := time.Now()
-	offers, err := r.cfg.Offers.Take(ctx, handoff.Request{Room: room, Queues: r.queueNames(),
+	offers, err := r.cfg.Offers.Take(ctx, handoff.Request{Room: room, Queues: r.queueNames,
 		WaitSeconds: max(int(r.cfg.ReceiveWait/time.Second), 1)})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -104,15 +104,6 @@ func (r *Router) takeOffers(ctx context.Context, room map[string]int, promised [
 		return time.Second // the API waits less than asked: do not spin
 	}
 	return 0
-}
-
-// queueNames names the queues the router consumes.
-func (r *Router) queueNames() []string {
-	names := make([]string, len(r.sources))
-	for i, s := range r.sources {
-		names[i] = s.name
-	}
-	return names
 }
 
 // promise is room a request for new jobs has asked for in a pool.

@@ -120,6 +120,7 @@ type Router struct {
 	loops     int           // receive loops, of all queues
 	space     chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
 
+	queueNames []string    // the queues consumed, named in the requests for new jobs (intake)
 	notOffered atomic.Bool // the API answered that it offers this router no new jobs (intake)
 }
 
@@ -238,6 +239,7 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 			sc.Connections = 1
 		}
 		r.sources = append(r.sources, &source{Source: sc, name: sc.Queue.Name(), deleter: newDeleter(sc.Queue, r.log)})
+		r.queueNames = append(r.queueNames, sc.Queue.Name())
 		r.loops += sc.Connections
 	}
 	if err := checkPools(cfg.Pools); err != nil {
