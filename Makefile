@@ -144,13 +144,17 @@ $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/$(@D) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(@D)/golangci-lint $@
 
-bench: up build ## dispatch-bench: throughput (BENCH_JOBS), a fixed BENCH_RATE for BENCH_DURATION, and batch ingest (BENCH_BATCH_JOBS in batches of BENCH_BATCH), each in `all` and split (BENCH_MODES); then the Go benchmarks
+bench: up build ## dispatch-bench: throughput (BENCH_JOBS), a fixed BENCH_RATE for BENCH_DURATION, and batch ingest (BENCH_BATCH_JOBS in batches of BENCH_BATCH), each in `all` and split (BENCH_MODES); the floor at the first two; then the Go benchmarks
 	@$(DEV_ENV); for load in "-jobs $(BENCH_JOBS)" "-rate $(BENCH_RATE) -duration $(BENCH_DURATION)" "-jobs $(BENCH_BATCH_JOBS) -batch $(BENCH_BATCH)"; do \
 		for mode in $(BENCH_MODES); do \
 			case "$$mode" in all) split= ;; split) split=-split ;; *) echo "bench: BENCH_MODES: $$mode is neither all nor split" >&2; exit 2 ;; esac; \
 			echo "== $$mode: $$load"; \
 			$(RUN_ENV) ./$(BENCH) -dispatch ./$(BIN) $$load $$split $(BENCH_ARGS); \
 		done; \
+	done
+	@$(DEV_ENV); for load in "-jobs $(BENCH_JOBS)" "-rate $(BENCH_RATE) -duration $(BENCH_DURATION)"; do \
+		echo "== floor (the least a service of this shape costs here, no dispatch): $$load"; \
+		$(RUN_ENV) ./$(BENCH) -floor $$load $(BENCH_ARGS); \
 	done
 	@echo "== Go benchmarks"
 	@$(DEV_ENV); echo "PostgreSQL $$(psql "$$DATABASE_URL" -Atc 'SHOW server_version'): autovacuum $$(psql "$$DATABASE_URL" -Atc 'SHOW autovacuum') (production runs it on; table bytes per delivery are measured without it)"

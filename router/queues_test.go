@@ -42,7 +42,9 @@ func startMulti(t *testing.T, concurrency int, fn func(dispatch.Pointer, int) er
 		Sources:     sources,
 		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: concurrency}},
 		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
+		// Warnings (a failed delete or visibility change) show in a
+		// failing test's output.
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +211,11 @@ func TestShutdownReleasesEachMessageToItsQueue(t *testing.T) {
 	// The one mediated was deleted; the others are visible again at once,
 	// each on its own queue (not after their 30 s visibility timeout).
 	got := map[string][]string{}
+	defer func() {
+		if t.Failed() {
+			t.Logf("received after the stop: %v; router warnings: %+v", got, m.router.Warnings())
+		}
+	}()
 	eventually(t, 10*time.Second, func() bool {
 		for name, rq := range map[string]*queue.Queue{"a": ra, "b": rb} {
 			msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")

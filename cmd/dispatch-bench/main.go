@@ -77,6 +77,13 @@ flags:
   -batch N          jobs per request; above 1 uses /api/dispatch/jobs/batch (1-100, default 1)
   -concurrency N    the processing pool's concurrency (default 20)
   -split            run dispatch api and dispatch router as two child processes
+  -floor            run the floor instead of dispatch: this binary's own
+                    minimal service of the same shape (net/http and pgx; it
+                    commits each job before its 201, POSTs it signed, and
+                    commits the outcome: two statements, no queue, none of
+                    dispatch's guarantees), to read dispatch's figures
+                    against what any such service costs on this machine.
+                    Takes no -split, -batch, -dispatch, -database or -cpuprofile
   -database NAME    run on this existing database of DATABASE_URL's server
                     instead of a fresh one, and keep it; the report says how
                     many jobs it held. Use a copy (CREATE DATABASE NAME
@@ -114,7 +121,7 @@ type benchOptions struct {
 	jobs, clients, batch, concurrency int
 	rate                              float64 // jobs per second; 0: throughput mode
 	duration, timeout                 time.Duration
-	split                             bool
+	split, floor                      bool
 	dispatch                          string // the dispatch binary
 	database                          string // an existing database to run on; "": a fresh one
 	cpuProfile, blockProfile          string
@@ -134,6 +141,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.batch, "batch", 1, "")
 	fs.IntVar(&o.concurrency, "concurrency", 20, "")
 	fs.BoolVar(&o.split, "split", false, "")
+	fs.BoolVar(&o.floor, "floor", false, "")
 	fs.StringVar(&o.dispatch, "dispatch", "", "")
 	fs.StringVar(&o.database, "database", "", "")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "")
@@ -184,6 +192,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	if set["database"] && o.database == "" {
 		errs = append(errs, errors.New("-database must name a database"))
 	}
+	if o.floor {
+		for _, name := range []string{"split", "batch", "dispatch", "database", "cpuprofile"} {
+			if set[name] {
+				errs = append(errs, fmt.Errorf("-floor runs no dispatch: it takes no -%s", name))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("bench: %w", err)
 	}
@@ -195,14 +210,13 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	if len(args) > 0 && args[0] == sqsProxyCommand { // the SQS counting proxy's own process
 		return runSQSProxy(ctx, envLookup(environ), stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == floorCommand { // the floor service's own process (-floor)
+		return runFloorService(ctx, envLookup(environ), stdout)
+	}
 	o, err := parseBenchFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	exe, err := dispatchBinary(o.dispatch)
 	if err != nil {
 		return err
 	}
@@ -226,6 +240,12 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
+	}
+	exe := self // -floor: this binary's floor command
+	if !o.floor {
+		if exe, err = dispatchBinary(o.dispatch); err != nil {
+			return err
+		}
 	}
 	sqsCounter, err := startSQSProxyChild(ctx, self, sqsEndpoint, environ, stderr)
 	if err != nil {
@@ -299,7 +319,7 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		}
 	}
 	env := benchEnv(environ, set)
-	svc, err := startBenchSystem(ctx, exe, o.split, env, o.cpuProfile, stderr)
+	svc, err := startBenchSystem(ctx, exe, o, env, stderr)
 	if err != nil {
 		return err
 	}
@@ -325,9 +345,11 @@ func run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	pg := newPGStats(ctx, benchDB)
 	// After the service's migrations and partition upkeep (which may have
 	// dropped what was past its retention), before the load.
-	jobsHeld, err := countJobs(ctx, benchDB)
-	if err != nil {
-		return err
+	var jobsHeld int64
+	if !o.floor { // the floor's database is fresh and has no dispatch_job
+		if jobsHeld, err = countJobs(ctx, benchDB); err != nil {
+			return err
+		}
 	}
 	pg0, err := pg.read(ctx)
 	if err != nil {

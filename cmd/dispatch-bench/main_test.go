@@ -48,6 +48,8 @@ func TestBenchFlags(t *testing.T) {
 		{args: []string{"-rate", "0.01", "-duration", "1s"}, wantErr: []string{"at least one job"}},
 		{args: []string{"-database", "history_copy"}, wantJobs: 5000},
 		{args: []string{"-database", ""}, wantErr: []string{"-database must name a database"}},
+		{args: []string{"-floor", "-rate", "200"}, wantJobs: 2000},
+		{args: []string{"-floor", "-split", "-batch", "10"}, wantErr: []string{"-floor runs no dispatch: it takes no -split", "no -batch"}},
 	} {
 		o, err := parseBenchFlags(tc.args, io.Discard)
 		if len(tc.wantErr) == 0 {
@@ -172,6 +174,20 @@ func TestBenchRuns(t *testing.T) {
 				`^  SendMessageBatch +` + nonZero + ` +\([0-9.]+ messages each\)`,
 				`^  ReceiveMessage +` + nonZero + ` +\([0-9.]+ messages each\)`,
 				`^  DeleteMessageBatch +` + nonZero + ` +\([0-9.]+ messages each\)`,
+			},
+		},
+		{
+			// The floor: the least a service of this shape does, under
+			// the same load, receiver and measurements.
+			name: "fixed rate, the floor",
+			args: []string{"-floor", "-rate", "100", "-duration", "2s"},
+			want: []string{
+				`^dispatch-bench +fixed rate: 100 jobs/s .*the floor service \(net/http and pgx`,
+				`^deliveries .*200 in .*; 200 requests, 0 duplicates, 0 bad signatures`,
+				`^  floor service +[0-9.]+ ms +\(child process`,
+				`^  floor service +[0-9.]+ MiB +\(VmHWM`,
+				`^PG (statements|transactions) +2\.0[0-9] `, // its insert and its update
+				`^SQS requests +0\.00 `,
 			},
 		},
 	} {

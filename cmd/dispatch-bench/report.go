@@ -93,6 +93,9 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 	if o.split {
 		system = "dispatch api + dispatch router as child processes"
 	}
+	if o.floor {
+		system = "the floor service (net/http and pgx: insert, POST, update; no queue, no dispatch) as a child process"
+	}
 	n := r.deliveries
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "dispatch-bench\t%s, %s, pool concurrency %d, %s\n", mode, creates, o.concurrency, system)
@@ -139,7 +142,7 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 	attributed := c.self
 	for i, ch := range r.children {
 		if i < len(c.children) {
-			fmt.Fprintf(tw, "  dispatch %s\t%s\t(child process, /proc/<pid>/stat)\n", ch.name, perDelivery(c.children[i], n))
+			fmt.Fprintf(tw, "  %s\t%s\t(child process, /proc/<pid>/stat)\n", ch.name, perDelivery(c.children[i], n))
 			attributed += c.children[i]
 		}
 	}
@@ -224,7 +227,7 @@ func (r benchResult) write(w io.Writer, o benchOptions, dbName string) {
 			of = fmt.Sprintf("; the highest sample %s: %s anonymous (heap, stacks, runtime), %s file pages (the binary's)",
 				mib(ch.top.rss), mibN(ch.top.anon), mibN(ch.top.rss-ch.top.anon))
 		}
-		fmt.Fprintf(tw, "  dispatch %s\t%s\t(VmHWM%s)\n", ch.name, mib(ch.peakRSS), of)
+		fmt.Fprintf(tw, "  %s\t%s\t(VmHWM%s)\n", ch.name, mib(ch.peakRSS), of)
 	}
 	tw.Flush()
 }

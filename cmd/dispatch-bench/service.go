@@ -57,19 +57,28 @@ func dispatchBinary(flagValue string) (string, error) {
 
 // startBenchSystem starts the service from exe. With cpuProfile set, each
 // child writes a CPU profile of its run to cpuProfile.<command>.
-func startBenchSystem(ctx context.Context, exe string, split bool, env []string, cpuProfile string, stderr io.Writer) (*benchSystem, error) {
+func startBenchSystem(ctx context.Context, exe string, o benchOptions, env []string, stderr io.Writer) (*benchSystem, error) {
 	// The SDK of a child reads its credentials from its own environment.
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
 		env = append(env, k+"="+os.Getenv(k))
 	}
 	profiled := func(env []string, child string) []string {
-		if cpuProfile == "" {
+		if o.cpuProfile == "" {
 			return env
 		}
-		return append(slices.Clone(env), "DISPATCH_CPU_PROFILE="+cpuProfile+"."+child)
+		return append(slices.Clone(env), "DISPATCH_CPU_PROFILE="+o.cpuProfile+"."+child)
 	}
 	s := &benchSystem{}
-	if !split {
+	if o.floor {
+		floor, addrs, err := startBenchChild(ctx, exe, floorCommand, env, stderr, "api")
+		if err != nil {
+			return nil, err
+		}
+		floor.name = "floor service"
+		s.children, s.apiURL = []*benchChild{floor}, "http://"+addrs["api"]
+		return s, s.waitReady(ctx, s.apiURL)
+	}
+	if !o.split {
 		all, addrs, err := startBenchChild(ctx, exe, "all", profiled(env, "all"), stderr, "api", "router")
 		if err != nil {
 			return nil, err
@@ -130,7 +139,7 @@ func (s *benchSystem) url() string { return s.apiURL }
 func (s *benchSystem) processes() []benchChildProc {
 	out := make([]benchChildProc, len(s.children))
 	for i, c := range s.children {
-		out[i] = benchChildProc{c.command, c.cmd.Process.Pid}
+		out[i] = benchChildProc{c.name, c.cmd.Process.Pid}
 	}
 	return out
 }
@@ -143,7 +152,7 @@ func (s *benchSystem) stop() error {
 		var errs []error
 		for _, c := range slices.Backward(s.children) {
 			if err := c.stop(); err != nil {
-				errs = append(errs, fmt.Errorf("dispatch %s: %w", c.command, err))
+				errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
 			}
 		}
 		s.err = errors.Join(errs...)
@@ -151,9 +160,11 @@ func (s *benchSystem) stop() error {
 	return s.err
 }
 
-// benchChild is one `dispatch <command>` child process.
+// benchChild is one `dispatch <command>` child process (or, with -floor,
+// this binary's floor command).
 type benchChild struct {
 	command  string
+	name     string // in the report: "dispatch <command>", "floor service"
 	cmd      *exec.Cmd
 	cancel   context.CancelFunc // sends SIGTERM
 	done     chan error
@@ -177,9 +188,9 @@ func startBenchChild(ctx context.Context, exe, command string, env []string, std
 	}
 	if err := cmd.Start(); err != nil {
 		cancel()
-		return nil, nil, fmt.Errorf("bench: start dispatch %s: %w", command, err)
+		return nil, nil, fmt.Errorf("bench: start %s %s: %w", exe, command, err)
 	}
-	c := &benchChild{command: command, cmd: cmd, cancel: cancel, done: make(chan error, 1)}
+	c := &benchChild{command: command, name: "dispatch " + command, cmd: cmd, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan map[string]string, 1)
 	c.scanning.Go(func() {
 		addrs := map[string]string{}
@@ -206,10 +217,10 @@ func startBenchChild(ctx context.Context, exe, command string, env []string, std
 	case err := <-c.done:
 		c.done <- err
 		_ = c.stop()
-		return nil, nil, fmt.Errorf("bench: dispatch %s exited before listening: %v", command, err)
+		return nil, nil, fmt.Errorf("bench: %s %s exited before listening: %v", exe, command, err)
 	case <-time.After(benchStartTimeout):
 		_ = c.stop()
-		return nil, nil, fmt.Errorf("bench: dispatch %s did not start within %s", command, benchStartTimeout)
+		return nil, nil, fmt.Errorf("bench: %s %s did not start within %s", exe, command, benchStartTimeout)
 	}
 }
 
