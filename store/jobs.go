@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -398,6 +399,75 @@ func keyClash(err error, table string) bool {
 		strings.HasPrefix(pgErr.ConstraintName, table+"_") && strings.HasSuffix(pgErr.ConstraintName, "_pkey")
 }
 
+// insertJobsSource is the new jobs' columns, the parameters of
+// insertJobsFrom's row source ($1, $23 and $24 are the statement's own).
+var insertJobsSource = []string{
+	"$2::bigint", "$3::text", "$4::text", "$5::text", "$6::text", "$7::text",
+	"$8::text", "$9::text", "$10::bytea", "$11::text", "$12::bigint", "$13::int",
+	"$14::text", "$15::timestamptz", "$16::timestamptz", "$17::text", "$18::text", "$19::bigint",
+	"$20::timestamptz", "$21::bigint", "$22::bigint", "$25::text", "$26::text", "$27::text",
+}
+
+// insertJobsSQL inserts several jobs from arrays, one a column; insertJobSQL
+// inserts one from a row of scalars. A create at a low rate stores one job,
+// and binding and unpacking two dozen one-element arrays costs both sides
+// more than the scalars (docs/benchmarks.md, "One job, one row").
+var (
+	insertJobsSQL = fmt.Sprintf(insertJobsFrom, "unnest("+strings.Join(insertJobsSource, "[], ")+"[])")
+	insertJobSQL  = fmt.Sprintf(insertJobsFrom, "(VALUES ("+strings.Join(insertJobsSource, ", ")+"))")
+)
+
+// insertJobsFrom stores new jobs from a row source (%s), their payloads,
+// and the idempotency keys not held yet (a job whose key another holds is
+// not inserted); it returns each stored job's id, queued_at and seq.
+const insertJobsFrom = `
+		WITH i AS (
+			SELECT * FROM %s
+			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
+				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
+				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context,
+				queue_url, pool_code)
+		), k AS (
+			INSERT INTO dispatch_job_key (idempotency_key, job_id)
+			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
+			ON CONFLICT DO NOTHING
+			RETURNING job_id
+		), j AS (
+			INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
+				target_url, protocol, headers, payload_content_type, credentials_id, status,
+				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
+				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease, trace_context,
+				queue_url, pool_code)
+			SELECT id, external_id, $1, $1, source, type, group_id,
+				target_url, protocol, headers::jsonb, payload_content_type, credentials_id, 'PENDING',
+				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
+				replay_of, next_attempt_at, event_id, subscription_id,
+				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
+				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END,
+			trace_context, queue_url, pool_code
+			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
+			RETURNING id, queued_at, seq
+		), p AS (
+			-- the payload, written once (see jobCols)
+			INSERT INTO dispatch_payload (job_id, body) SELECT i.id, i.payload FROM i JOIN j ON j.id = i.id
+		)
+		SELECT id, queued_at, seq FROM j`
+
+// onlyElements replaces each slice argument (but a []byte) with its only
+// element: insertJobsSQL's arguments for insertJobSQL.
+func onlyElements(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		v := reflect.ValueOf(a)
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8 {
+			out[i] = v.Index(0).Interface()
+		} else {
+			out[i] = a
+		}
+	}
+	return out
+}
+
 func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.Job, markQueued bool) ([]dispatch.Job, []bool, error) {
 	n := len(jobs)
 	// Time and ids are taken together, so that statements running side by
@@ -448,44 +518,14 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	}
 	// An idempotency key is taken in dispatch_job_key, in the same
 	// statement: a job whose key is held already is not inserted.
-	rows, err := q.Query(ctx, `
-		WITH i AS (
-			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-				$9::text[], $10::bytea[], $11::text[], $12::bigint[], $13::int[], $14::text[], $15::timestamptz[],
-				$16::timestamptz[], $17::text[], $18::text[], $19::bigint[], $20::timestamptz[], $21::bigint[],
-				$22::bigint[], $25::text[], $26::text[], $27::text[])
-			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
-				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
-				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context,
-				queue_url, pool_code)
-		), k AS (
-			INSERT INTO dispatch_job_key (idempotency_key, job_id)
-			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
-			ON CONFLICT DO NOTHING
-			RETURNING job_id
-		), j AS (
-			INSERT INTO dispatch_job (id, external_id, created_at, updated_at, source, type, group_id,
-				target_url, protocol, headers, payload_content_type, credentials_id, status,
-				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata,
-				replay_of, next_attempt_at, event_id, subscription_id, queued_at, send_lease, trace_context,
-				queue_url, pool_code)
-			SELECT id, external_id, $1, $1, source, type, group_id,
-				target_url, protocol, headers::jsonb, payload_content_type, credentials_id, 'PENDING',
-				max_retries, retry_strategy, scheduled_for, expires_at, idempotency_key, metadata::jsonb,
-				replay_of, next_attempt_at, event_id, subscription_id,
-				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
-				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END,
-			trace_context, queue_url, pool_code
-			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
-			RETURNING id, queued_at, seq
-		), p AS (
-			-- the payload, written once (see jobCols)
-			INSERT INTO dispatch_payload (job_id, body) SELECT i.id, i.payload FROM i JOIN j ON j.id = i.id
-		)
-		SELECT id, queued_at, seq FROM j`,
-		now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, bodies, contentTypes,
+	args := []any{now, ids, externalIDs, sources, types, groupIDs, targets, protocols, headers, bodies, contentTypes,
 		credIDs, maxRetries, strategies, scheduled, expires, idemKeys, metadata, replayOfs, nexts, eventIDs, subIDs,
-		markQueued, now.Add(s.sendLease), traceCtxs, queueURLs, poolCodes)
+		markQueued, now.Add(s.sendLease), traceCtxs, queueURLs, poolCodes}
+	query := insertJobsSQL
+	if n == 1 {
+		query, args = insertJobSQL, onlyElements(args)
+	}
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: insert jobs: %w", interpret(err))
 	}

@@ -482,26 +482,36 @@ func TestCreatedJobReadsAsStored(t *testing.T) {
 		}
 		return &v
 	}
-	jobs := []*dispatch.Job{
-		newJob(),
-		newJob(func(j *dispatch.Job) { // every optional field, times with nanoseconds and an offset
-			j.ExternalID, j.GroupID, j.IdempotencyKey = "ext-1", "group-1", "idem-created-reads"
+	// Each kind of job is created alone (one row, from scalars) and in a
+	// batch (from arrays): both must read back as the create returned it.
+	kinds := []func(j *dispatch.Job, key string){
+		func(*dispatch.Job, string) {},
+		func(j *dispatch.Job, key string) { // every optional field, times with nanoseconds and an offset
+			j.ExternalID, j.GroupID, j.IdempotencyKey = "ext-1", "group-1", "idem-created-reads-"+key
 			j.Metadata = map[string]string{"tenant": "acme"}
 			j.ScheduledFor = at("2099-01-02T03:04:05.123456789+02:00")
 			j.ExpiresAt = at("2099-02-02T03:04:05.987654321-05:00")
-		}),
-		newJob(func(j *dispatch.Job) { j.Headers, j.Metadata = nil, nil }),
-		newJob(func(j *dispatch.Job) { j.ScheduledFor = at("2000-01-01T00:00:00.000000999Z") }), // due now: handed off
+			j.QueueURL, j.PoolCode = "http://127.0.0.1:9324/000000000000/other.fifo", "OTHER-POOL"
+		},
+		func(j *dispatch.Job, _ string) { j.Headers, j.Metadata = nil, nil },
+		func(j *dispatch.Job, _ string) { j.ScheduledFor = at("2000-01-01T00:00:00.000000999Z") }, // due now: handed off
+		func(j *dispatch.Job, _ string) { j.GroupID = "g" },
 	}
-	single, created, err := st.CreateJob(ctx, newJob(func(j *dispatch.Job) { j.GroupID = "g" }))
-	if err != nil || !created {
-		t.Fatalf("create: created=%v err=%v", created, err)
+	var made []dispatch.Job
+	var batch []*dispatch.Job
+	for _, kind := range kinds {
+		single, created, err := st.CreateJob(ctx, newJob(func(j *dispatch.Job) { kind(j, "alone") }))
+		if err != nil || !created {
+			t.Fatalf("create: created=%v err=%v", created, err)
+		}
+		made = append(made, single)
+		batch = append(batch, newJob(func(j *dispatch.Job) { kind(j, "batch") }))
 	}
-	batch, _, err := st.CreateJobs(ctx, jobs)
+	inBatch, _, err := st.CreateJobs(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, got := range append([]dispatch.Job{single}, batch...) {
+	for i, got := range append(made, inBatch...) {
 		stored, err := st.GetJob(ctx, got.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -510,6 +520,16 @@ func TestCreatedJobReadsAsStored(t *testing.T) {
 		w, _ := json.Marshal(inUTC(stored))
 		if string(g) != string(w) {
 			t.Errorf("job %d: the create returned\n%s\nthe row reads\n%s", i, g, w)
+		}
+		if i < len(kinds) { // alone and in the batch, a kind is stored alike
+			a, b := inUTC(got), inUTC(inBatch[i])
+			a.ID, a.CreatedAt, a.UpdatedAt, a.NextAttemptAt, a.QueuedAt, a.Seq, a.IdempotencyKey = 0, time.Time{}, time.Time{}, nil, nil, 0, ""
+			b.ID, b.CreatedAt, b.UpdatedAt, b.NextAttemptAt, b.QueuedAt, b.Seq, b.IdempotencyKey = 0, time.Time{}, time.Time{}, nil, nil, 0, ""
+			ja, _ := json.Marshal(a)
+			jb, _ := json.Marshal(b)
+			if string(ja) != string(jb) {
+				t.Errorf("kind %d: alone\n%s\nin a batch\n%s", i, ja, jb)
+			}
 		}
 	}
 }
