@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := &http.Server{
 		Handler:           sqsfake.New(sqsfake.Options{Logger: log}).Handler(),
+		ConnContext:       sqsfake.ConnContext, // a long poll sees its client leave at once
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

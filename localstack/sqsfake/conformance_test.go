@@ -80,7 +80,9 @@ func setup(t *testing.T) env {
 		return env{api: sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(ep) }), endpoint: ep, external: true}
 	}
 	c := &clock{}
-	ts := httptest.NewServer(sqsfake.New(sqsfake.Options{Now: c.Now}).Handler())
+	ts := httptest.NewUnstartedServer(sqsfake.New(sqsfake.Options{Now: c.Now}).Handler())
+	ts.Config.ConnContext = sqsfake.ConnContext
+	ts.Start()
 	t.Cleanup(ts.Close)
 	cfg, err := config.LoadDefaultConfig(ctx,
 		config.WithRegion("us-east-1"),

@@ -274,12 +274,13 @@ func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Dura
 		}
 	}()
 	for {
+		gone := clientGone(ctx) // before the lock: a system call
 		q.mu.Lock()
 		if q.deleted {
 			q.mu.Unlock()
 			return nil, noQueue()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || gone {
 			q.mu.Unlock()
 			return nil, nil
 		}
@@ -319,11 +320,12 @@ func (q *queue) receive(ctx context.Context, max int, wait, visibility time.Dura
 			if !timer.Stop() {
 				<-timer.C
 			}
-			// Let the goroutines already runnable go first. One may be
-			// the server noticing that this poll's client has gone (a
-			// receiver that stopped its long poll, then gave its
-			// messages back): the poll must not take them then, or they
-			// would wait out their visibility timeout.
+			// A receiver that stopped its long poll may have given its
+			// messages back: the poll must not take them then, or they
+			// would wait out their visibility timeout. The next turn
+			// looks at the connection (ConnContext); without it, let the
+			// goroutines already runnable go first, among them perhaps
+			// the server noticing that this poll's client has gone.
 			runtime.Gosched()
 		case <-timer.C:
 		case <-ctx.Done():

@@ -16,7 +16,9 @@
 // Everything is in memory: a restarted stand-in starts with no queues.
 //
 //	srv := sqsfake.New()
-//	ts := httptest.NewServer(srv.Handler())
+//	ts := httptest.NewUnstartedServer(srv.Handler())
+//	ts.Config.ConnContext = sqsfake.ConnContext // see ConnContext
+//	ts.Start()
 //	defer ts.Close()
 //	// point the SDK at ts.URL (sqs.Options.BaseEndpoint or AWS_ENDPOINT_URL_SQS)
 package sqsfake

@@ -194,7 +194,7 @@ func (e *emulator) start() {
 		ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", e.port))
 		return err == nil
 	}, func() string { return fmt.Sprintf("port %d did not come free for the stand-in", e.port) })
-	e.srv = &http.Server{Handler: sqsfake.New().Handler(), ReadHeaderTimeout: 10 * time.Second}
+	e.srv = &http.Server{Handler: sqsfake.New().Handler(), ConnContext: sqsfake.ConnContext, ReadHeaderTimeout: 10 * time.Second}
 	e.done = make(chan struct{})
 	go func(srv *http.Server, done chan struct{}) {
 		defer close(done)

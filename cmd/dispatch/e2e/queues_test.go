@@ -127,7 +127,9 @@ const seedQueueURL = "http://localhost:9324/000000000000/flow-catalyst-dispatch.
 func privateSQS(t *testing.T, names ...string) []sqstest.Queue {
 	t.Helper()
 	sqstest.SetEnv()
-	srv := httptest.NewServer(sqsfake.New().Handler())
+	srv := httptest.NewUnstartedServer(sqsfake.New().Handler())
+	srv.Config.ConnContext = sqsfake.ConnContext
+	srv.Start()
 	t.Cleanup(srv.Close)
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
 	if err != nil {
