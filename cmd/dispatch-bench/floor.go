@@ -27,7 +27,7 @@ import (
 // and pgx, the libraries dispatch is built on. It has none of dispatch's
 // guarantees: no queue, no retry, no group order, no idempotency, no
 // metrics, no tracing, no validation beyond the JSON; a job in flight at a
-// crash is lost. What it costs at a given rate is what any service of this
+// crash is never delivered. What it costs at a given rate is what any service of this
 // shape costs on the machine, so dispatch's figures can be read against it.
 
 // floorCommand is the floor service's own process: dispatch-bench floor.
