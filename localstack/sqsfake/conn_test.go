@@ -4,6 +4,7 @@ package sqsfake
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -32,15 +33,21 @@ func TestClientGoneSeesTheClientsClose(t *testing.T) {
 	if clientGone(ctx) {
 		t.Error("a client that waits is gone")
 	}
-	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n")); err != nil {
+	const req = "GET / HTTP/1.1\r\n"
+	if _, err := client.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	// Read the first bytes, so that the rest is known to wait unread.
+	b := make([]byte, len(req))
+	if _, err := io.ReadFull(server, b[:4]); err != nil {
 		t.Fatal(err)
 	}
 	if clientGone(ctx) {
 		t.Error("a client whose bytes wait unread is gone")
 	}
-	var b [64]byte
-	if _, err := server.Read(b[:]); err != nil { // the peek consumed nothing
-		t.Fatalf("read after the peeks: %v", err)
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(server, b[4:]); err != nil || string(b) != req {
+		t.Fatalf("after the peek the server read %q (%v), want %q: the peek consumed bytes", b, err, req)
 	}
 	client.Close()
 	deadline := time.Now().Add(5 * time.Second)
