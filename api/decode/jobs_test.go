@@ -455,3 +455,28 @@ func TestParseCreateJobsRefusesBatch(t *testing.T) {
 		}
 	})
 }
+
+// TestParseStringMapNamesEveryProblemInOrder: a headers or metadata object
+// answers each bad entry, in the order the body gives them, and a name
+// given twice is named whatever its first value was.
+func TestParseStringMapNamesEveryProblemInOrder(t *testing.T) {
+	for _, name := range []string{"headers", "metadata"} {
+		t.Run(name, func(t *testing.T) {
+			body := strings.TrimSuffix(string(jobBody(t, nil)), "}") +
+				`,"` + name + `":{"X-B":1,"X-A":"a","X-B":"b","X-C":{"d":"e"}}}`
+			_, err := CreateJob([]byte(body), strict, testNow)
+			var de *dispatch.Error
+			if !errors.As(err, &de) {
+				t.Fatalf("accepted %s or answered %v", body, err)
+			}
+			want := []dispatch.FieldError{
+				{Field: name + ".X-B", Message: "must be a string"},
+				{Field: name + ".X-B", Message: "appears more than once"},
+				{Field: name + ".X-C", Message: "must be a string"},
+			}
+			if len(de.Details) < len(want) || !slices.Equal(de.Details[:len(want)], want) {
+				t.Errorf("details %+v, want them to begin with %+v", de.Details, want)
+			}
+		})
+	}
+}
