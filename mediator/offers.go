@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, 
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopWaiting := context.AfterFunc(ctx, cancel)
+	// The answer's first byte decides: ctx ends the request until then, and
+	// not after. Stopped only once Do returned, ctx ending in between (the
+	// headers in, Do not yet back) cancelled an answer already begun.
+	reqCtx = httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{GotFirstResponseByte: func() { stopWaiting() }})
 	resp, err := h.post(reqCtx, "/offers", req)
 	stopWaiting()
 	if err != nil {
