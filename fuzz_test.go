@@ -7,9 +7,10 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// FuzzPointer checks that any queue message body decodes into a Pointer
-// (or fails to) and its id parses (or does not) without panicking, and that
-// an id ParseID accepts is positive and round-trips through FormatID.
+// FuzzPointer checks that ParsePointer reads any queue message body as
+// encoding/json reads it (the pointer, or an error, the same either way),
+// and that an id ParseID accepts is positive and round-trips through
+// FormatID.
 func FuzzPointer(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"7311097302432047104","poolCode":"DISPATCH-POOL","mediationType":"HTTP","mediationTarget":"http://127.0.0.1:8080/api/dispatch/process","messageGroupId":"g"}`,
@@ -21,12 +22,23 @@ func FuzzPointer(f *testing.F) {
 		`{"id":"\u0031"}`,
 		`[]`,
 		``,
+		`{"ID":"1","PoolCode":"P","pool_code":"Q","id":"2"}`,
+		"{\"id\":\"1\",\"messageGroupId\":\"\xff\"}",
+		`{"id":"1","sequence":1.5}`,
+		`{"id":"1"} {"id":"2"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var p dispatch.Pointer
-		if err := json.Unmarshal(body, &p); err != nil {
+		errV1 := json.Unmarshal(body, &p)
+		got, err := dispatch.ParsePointer(body)
+		switch {
+		case errV1 == nil && p.ID != "" && (err != nil || got != p):
+			t.Fatalf("ParsePointer(%q) = %+v, %v; encoding/json reads %+v", body, got, err, p)
+		case (errV1 != nil || p.ID == "") && err == nil:
+			t.Fatalf("ParsePointer(%q) = %+v; encoding/json refuses it (%v) or finds no id", body, got, errV1)
+		case err != nil:
 			return
 		}
 		id, ok := dispatch.ParseID(p.ID)

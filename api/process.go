@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"time"
@@ -17,8 +16,8 @@ import (
 // unknown), 400 {"retryAfterSeconds": n} when it should come back later,
 // 503 when the outcome could not be recorded.
 func (s *Server) process(c *gin.Context) {
-	var ptr dispatch.Pointer
-	if err := json.Unmarshal(body(c), &ptr); err != nil || ptr.ID == "" {
+	ptr, err := dispatch.ParsePointer(body(c))
+	if err != nil {
 		var p dispatch.Problems
 		p.Add("body", "must be a message pointer with an id")
 		s.writeError(c, p.Err())

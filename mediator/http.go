@@ -2,13 +2,13 @@ package mediator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -82,7 +82,7 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	}
 	defer resp.Body.Close()
 	var pr dispatch.ProcessAnswer
-	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&pr)
+	_ = json.UnmarshalRead(io.LimitReader(resp.Body, 64<<10), &pr)
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		return nil

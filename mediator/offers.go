@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/dispatchhq/dispatch/handoff"
 )
 
@@ -54,7 +56,7 @@ func (h *HTTP) Take(ctx context.Context, req handoff.Request) ([]handoff.Offer, 
 		return nil, fmt.Errorf("take offered jobs: the API answered %d", resp.StatusCode)
 	}
 	var a handoff.Answer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&a); err != nil {
+	if err := jsonv2.UnmarshalRead(io.LimitReader(resp.Body, 4<<20), &a); err != nil {
 		return nil, fmt.Errorf("take offered jobs: the API's answer: %w", err)
 	}
 	return a.Offers, nil
@@ -110,6 +112,6 @@ func errorMessage(body io.Reader) string {
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	_ = json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&e)
+	_ = jsonv2.UnmarshalRead(io.LimitReader(body, 64<<10), &e)
 	return e.Error.Message
 }

@@ -8,7 +8,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -480,8 +479,8 @@ func (r *Router) releaseHeld(msgs []*message) {
 // released).
 func (r *Router) accept(s *source, qm queue.Message) *message {
 	r.metrics.received.Inc()
-	var ptr dispatch.Pointer
-	if err := json.Unmarshal([]byte(qm.Body), &ptr); err != nil || ptr.ID == "" {
+	ptr, err := dispatch.ParsePointer([]byte(qm.Body))
+	if err != nil {
 		r.log.Error("unparseable message dropped", "message_id", qm.ID, "queue", s.name)
 		r.warnings.add(Warning{Type: WarnUnparseable, Queue: s.name, Message: "a message that is not a pointer was dropped (message " + qm.ID + ")"})
 		s.deleter.add(qm.Receipt, false)
