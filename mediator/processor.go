@@ -119,7 +119,6 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	// job over, and this one must not still be writing.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.lease())
 	defer cancel()
-	log := p.log.With("job_id", id)
 	now := p.now().UTC()
 	claimCtx, claimSpan := ctx, trace.Span(nil)
 	if p.tracer.Enabled() {
@@ -134,7 +133,7 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	}
 	switch c.State {
 	case dispatch.ClaimMissing:
-		log.Warn("pointer for an unknown job dropped")
+		p.log.Warn("pointer for an unknown job dropped", "job_id", id)
 		return dispatch.Decision{Done: true, Reason: "unknown job"}, nil
 	case dispatch.ClaimTerminal:
 		return dispatch.Decision{Done: true, JobStatus: c.Job.Status, Reason: "job is " + string(c.Job.Status)}, nil
@@ -147,6 +146,8 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 		// later, behind its group): acknowledge this copy.
 		return dispatch.Decision{Done: true, Reason: "an earlier job of its group is unfinished; pointer re-queued behind it"}, nil
 	}
+	// One logger for the attempt: each With formats its attributes anew.
+	log := p.log.With("job_id", id, "attempt", c.Job.AttemptCount)
 	var dc *deferredClaim
 	if c.Deferred {
 		dc = p.deferClaim(ctx, log, c.Job)
@@ -163,7 +164,6 @@ func clampDelay(d time.Duration) time.Duration {
 }
 
 func (p *Processor) deliver(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim) (dispatch.Decision, error) {
-	log = log.With("attempt", j.AttemptCount)
 	if p.tracer.Enabled() {
 		ctx = p.traced(ctx, &j)
 	}
