@@ -139,3 +139,15 @@ func TestNotifierLeavesARecentBacklogAlone(t *testing.T) {
 		t.Errorf("a backlog due a minute ago (threshold 30m) raised %+v", f.events)
 	}
 }
+
+// A restarted process raises an old backlog at once, not a tick later.
+func TestNotifierReadsTheBacklogAsItStarts(t *testing.T) {
+	f := newFake()
+	old := time.Now().Add(-time.Hour)
+	f.oldestDue = &old
+	n := alert.New(f, alert.Config{Window: time.Second, BacklogAge: 30 * time.Minute, Tick: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	start(t, n)
+	waitUntil(t, f, "the old backlog is raised, an hour before the first tick", func() bool {
+		return f.states["backlog"] && len(f.events) == 1 && f.events[0].Kind == dispatch.AlertBacklogOld
+	})
+}

@@ -75,8 +75,11 @@ type Config struct {
 	// RequeueAfter is how long past due a live job may go without news
 	// before its pointer is sent again (lost message, dead processor).
 	RequeueAfter time.Duration
-	BatchSize    int
-	Logger       *slog.Logger
+	// Tick is how often the outbox is looked at with no Notify: jobs
+	// whose time came (scheduled, retried) are sent within it (default 1s).
+	Tick      time.Duration
+	BatchSize int
+	Logger    *slog.Logger
 	// Subscriptions, when set with DisableAfter > 0, has each sweep disable
 	// subscriptions whose jobs have all ended ERROR for DisableAfter.
 	Subscriptions FailingSubscriptions
@@ -129,6 +132,9 @@ type queueHealth struct {
 func New(q *queue.Queue, outbox Store, cfg Config) *Publisher {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
 	}
 	if cfg.PoolCode == "" {
 		cfg.PoolCode = dispatch.DefaultPool
@@ -341,7 +347,7 @@ func (p *Publisher) Notify() {
 
 // Run publishes until ctx is cancelled.
 func (p *Publisher) Run(ctx context.Context) error {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
 	// The sweep also sends again what a dead process marked and never
 	// sent: it runs often enough to find that within a minute.
@@ -350,8 +356,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer sweep.Stop()
 	backoff := time.Duration(0)
 	// An outbox pass runs on Notify, on the timers and after a failure;
-	// handed pointers alone need none.
+	// handed pointers alone need none. The first runs at once: what the
+	// outbox holds at start (left unsent by a stopped process) is due now.
 	outboxDue := true
+	p.Notify()
 	for {
 		select {
 		case <-ctx.Done():

@@ -308,3 +308,23 @@ func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
 		t.Error("room given back could not be reserved again")
 	}
 }
+
+// The first outbox pass runs as the publisher starts: what a stopped
+// process left unsent goes out at once, not a tick later.
+func TestTheOutboxIsLookedAtAsThePublisherStarts(t *testing.T) {
+	store := &fakeOutbox{}
+	p := outbox.New(sqstest.New(t, 30*time.Second).Open(t), store, outbox.Config{RequeueAfter: time.Hour, Tick: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// The sweep's timer (15 s at this RequeueAfter) and the tick (an hour)
+	// are both later than this wait.
+	deadline := time.Now().Add(5 * time.Second)
+	for passes, _ := store.progress(); passes == 0; passes, _ = store.progress() {
+		if time.Now().After(deadline) {
+			t.Fatal("no outbox pass 5 s after the publisher started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
