@@ -107,16 +107,17 @@ func (n *Notifier) Run(ctx context.Context) error {
 	// The first pass runs at once: a restarted process sees an old backlog
 	// without waiting a tick, and PostgreSQL plans these statements while
 	// the process starts, not under the first second of its load.
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-ctx.Done():
-				return nil
-			case c := <-n.breakers:
-				n.breaker(ctx, c)
-				continue
-			case <-tick.C:
-			}
+	start := make(chan struct{}, 1)
+	start <- struct{}{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case c := <-n.breakers:
+			n.breaker(ctx, c)
+			continue
+		case <-start:
+		case <-tick.C:
 		}
 		now := time.Now()
 		n.countExhausted(ctx, now)

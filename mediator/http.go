@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-json-experiment/json"
+	jsonv2 "github.com/go-json-experiment/json"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -82,7 +82,7 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	}
 	defer resp.Body.Close()
 	var pr dispatch.ProcessAnswer
-	_ = json.UnmarshalRead(io.LimitReader(resp.Body, 64<<10), &pr)
+	_ = jsonv2.UnmarshalRead(io.LimitReader(resp.Body, 64<<10), &pr)
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		return nil

@@ -79,7 +79,14 @@ func (f *fakeOutbox) ids(mark time.Time) []int64 {
 
 func startPublisher(t *testing.T, q *queue.Queue, store outbox.Store) (*outbox.Publisher, func()) {
 	t.Helper()
-	p := outbox.New(q, store, outbox.Config{RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	return startPublisherWith(t, q, store, outbox.Config{RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// startPublisherWith runs a publisher with cfg until the test ends, or
+// until the returned stop is called.
+func startPublisherWith(t *testing.T, q *queue.Queue, store outbox.Store, cfg outbox.Config) (*outbox.Publisher, func()) {
+	t.Helper()
+	p := outbox.New(q, store, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -313,18 +320,9 @@ func TestHandOffRoomIsBoundedAcrossConcurrentCreates(t *testing.T) {
 // process left unsent goes out at once, not a tick later.
 func TestTheOutboxIsLookedAtAsThePublisherStarts(t *testing.T) {
 	store := &fakeOutbox{}
-	p := outbox.New(sqstest.New(t, 30*time.Second).Open(t), store, outbox.Config{RequeueAfter: time.Hour, Tick: time.Hour, Logger: slog.New(slog.DiscardHandler)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	// The sweep's timer (15 s at this RequeueAfter) and the tick (an hour)
-	// are both later than this wait.
-	deadline := time.Now().Add(5 * time.Second)
-	for passes, _ := store.progress(); passes == 0; passes, _ = store.progress() {
-		if time.Now().After(deadline) {
-			t.Fatal("no outbox pass 5 s after the publisher started")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The tick is an hour and the sweep's timer 15 s at this RequeueAfter:
+	// only a pass at start comes within the wait.
+	startPublisherWith(t, sqstest.New(t, 30*time.Second).Open(t), store,
+		outbox.Config{RequeueAfter: time.Hour, Tick: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	eventually(t, 5*time.Second, func() bool { passes, _ := store.progress(); return passes > 0 }, "an outbox pass as the publisher starts")
 }
