@@ -23,7 +23,20 @@ func (s *Server) process(c *gin.Context) {
 		s.writeError(c, p.Err())
 		return
 	}
-	d, err := s.processor.Process(c.Request.Context(), ptr)
+	// A job offered to the router carries its handle: the processor claims
+	// it without a statement when this API's store handed it over
+	// (store.ClaimJob), and on a retry this API takes it back itself.
+	ctx := c.Request.Context()
+	var handle *handoff.Handle
+	if v := c.GetHeader(handoff.Header); v != "" {
+		if h, err := handoff.DecodeHeader(v); err == nil && dispatch.FormatID(h.ID) == ptr.ID {
+			handle = &h
+			ctx = handoff.WithHandle(ctx, h)
+		} else {
+			s.log.Warn("ignored a processing request's unreadable offer handle", "job_id", ptr.ID)
+		}
+	}
+	d, err := s.processor.Process(ctx, ptr)
 	if err != nil {
 		s.log.Error("processing failed; the router will retry", "job_id", ptr.ID, "err", err)
 		s.writeError(c, dispatch.Errorf(dispatch.EUnavailable, "the job could not be processed now; retry"))
@@ -38,15 +51,12 @@ func (s *Server) process(c *gin.Context) {
 	// A struct, not a gin.H map: a map costs a sorted reflection walk per
 	// delivery.
 	answer := dispatch.ProcessAnswer{Status: "retry", RetryAfterSeconds: &secs, Reason: d.Reason}
-	if v := c.GetHeader(handoff.Header); v != "" && s.cfg.Offers != nil {
-		// A job this API offered the router is on no queue: it goes back
-		// to the outbox now, whether or not the router hears the answer.
-		if h, err := handoff.DecodeHeader(v); err == nil && dispatch.FormatID(h.ID) == ptr.ID {
-			s.cfg.Offers.GiveBack(h, time.Duration(secs)*time.Second)
-			answer.GivenBack = true
-		} else {
-			s.log.Warn("ignored a processing request's unreadable offer handle; the router gives the job back", "job_id", ptr.ID)
-		}
+	if handle != nil && s.cfg.Offers != nil {
+		// A job offered to the router is on no queue: it goes back to the
+		// outbox now, whether or not the router hears the answer. (An
+		// unreadable handle is left to the router to give back.)
+		s.cfg.Offers.GiveBack(*handle, time.Duration(secs)*time.Second)
+		answer.GivenBack = true
 	}
 	c.JSON(http.StatusBadRequest, answer)
 }

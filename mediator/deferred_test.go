@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/mediator"
 )
 
@@ -20,6 +21,22 @@ type keptHandoff struct{}
 func (keptHandoff) Reserve(int) bool            { return true }
 func (keptHandoff) Hand([]dispatch.Unsent, int) {}
 func (keptHandoff) Notify()                     {}
+
+// handed is ctx carrying j's handle, as the router's mediation of the
+// pointer its store handed over does.
+func handed(ctx context.Context, j dispatch.Job) context.Context {
+	return handoff.WithHandle(ctx, handoff.Handle{ID: j.ID, Mark: *j.QueuedAt})
+}
+
+// processHanded processes j's pointer as handed over by its store.
+func (s procSetup) processHanded(t *testing.T, j dispatch.Job) dispatch.Decision {
+	t.Helper()
+	d, err := s.proc.Process(handed(t.Context(), j), dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool})
+	if err != nil {
+		t.Fatalf("Process: %v", err)
+	}
+	return d
+}
 
 // setupHanded is setupProcessor whose store hands its new jobs over.
 func setupHanded(t *testing.T, cfg mediator.ProcessorConfig) procSetup {
@@ -47,9 +64,10 @@ func TestQuickDeliveryWritesItsClaimWithItsOutcome(t *testing.T) {
 		seen = append(seen, j)
 		mu.Unlock()
 	})
-	id = s.createJob(t, tg.URL, nil).ID
+	j := s.createJob(t, tg.URL, nil)
+	id = j.ID
 
-	if d := s.process(t, id); !d.Done || d.JobStatus != dispatch.StatusCompleted {
+	if d := s.processHanded(t, j); !d.Done || d.JobStatus != dispatch.StatusCompleted {
 		t.Fatalf("decision %+v; want Done, COMPLETED", d)
 	}
 	if len(seen) != 1 || seen[0].Status != dispatch.StatusPending || seen[0].AttemptCount != 0 {
@@ -83,7 +101,7 @@ func TestSlowDeliveryWritesItsClaimWhileRunning(t *testing.T) {
 
 	done := make(chan dispatch.Decision, 1)
 	go func() {
-		d, err := s.proc.Process(context.Background(), dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool})
+		d, err := s.proc.Process(handed(context.Background(), j), dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool})
 		if err != nil {
 			t.Error(err)
 		}
@@ -119,13 +137,13 @@ func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
 	first := s.createJob(t, tg.URL, nil)
 	second := s.createJob(t, tg.URL, nil)
 
-	if d := s.process(t, first.ID); d.Done {
+	if d := s.processHanded(t, first); d.Done {
 		t.Fatalf("first job: decision %+v; want a retry", d)
 	}
 	if got := s.job(t, first.ID); got.Status != dispatch.StatusFailed || got.AttemptCount != 1 {
 		t.Errorf("first job %s attempt %d; want FAILED after attempt 1", got.Status, got.AttemptCount)
 	}
-	d := s.process(t, second.ID)
+	d := s.processHanded(t, second)
 	if d.Done || !strings.Contains(d.Reason, "circuit breaker") {
 		t.Errorf("decision %+v; want a retry because the breaker is open", d)
 	}

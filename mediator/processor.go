@@ -309,6 +309,9 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	}
 	for try := range 5 {
 		if ctx.Err() != nil {
+			// Past the lease nothing may be written: the outcome is not
+			// recorded, so the pointer is not done with.
+			err = cmp.Or(err, ctx.Err())
 			break
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -317,7 +320,10 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		cancel()
 		if err == nil {
 			if !applied {
+				// The pointer comes back to see the job's state: answering
+				// done could delete the only pointer of a job still owed one.
 				log.Warn("attempt recorded, but the claim was taken over meanwhile; job state left to the new holder")
+				res = dispatch.Decision{RetryAfter: time.Second, Reason: "the job was taken over during the attempt"}
 			} else {
 				p.metrics.finish(j, d, t.Status, exhausted)
 				if exhausted && p.exhausted != nil {

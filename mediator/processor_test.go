@@ -139,6 +139,33 @@ func TestProcessSuccess(t *testing.T) {
 	}
 }
 
+// A delivery whose claim was taken over while it ran (its holder presumed
+// dead) keeps its attempt in the record, but is not done with: its pointer
+// comes back to find the job's state, which the new holder decides.
+// Answering done could delete the only pointer of a job still owed one.
+func TestProcessTakenOverMeanwhileIsNotDone(t *testing.T) {
+	t.Parallel()
+	s := setupProcessor(t, mediator.ProcessorConfig{})
+	var id int64
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		// Another processor, an hour on, finds this claim stale.
+		if c, err := s.store.ClaimJob(context.Background(), id, time.Now().Add(time.Hour), time.Minute); err != nil || c.State != dispatch.Claimed {
+			t.Errorf("takeover: %v (%v)", c.State, err)
+		}
+	})
+	id = s.createJob(t, tg.URL, nil).ID
+
+	if d := s.process(t, id); d.Done || d.RetryAfter <= 0 {
+		t.Errorf("decision %+v; want the pointer back later, not done", d)
+	}
+	if as := s.attempts(t, id); len(as) != 1 || as[0].Status != dispatch.AttemptSuccess {
+		t.Errorf("attempts %+v; want attempt 1 as it happened (SUCCESS)", as)
+	}
+	if got := s.job(t, id); got.Status != dispatch.StatusInProgress || got.AttemptCount != 2 {
+		t.Errorf("job %s attempt %d; want the new holder's IN_PROGRESS attempt 2", got.Status, got.AttemptCount)
+	}
+}
+
 func TestProcessRetryableFailure(t *testing.T) {
 	t.Parallel()
 	s := setupProcessor(t, mediator.ProcessorConfig{})

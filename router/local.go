@@ -30,8 +30,12 @@ type local struct {
 	once     sync.Once
 	requeue  func(after time.Duration)
 	backstop *time.Timer
-	// handle is the API's, for a job it offered (split mode): its
-	// processing request carries it (nil: a job of this process).
+	// handle is the job's as it was handed over, by this process or by
+	// an API that offered it (split mode). Its mediation carries it
+	// (handoff.WithHandle): the processor claims the job it names without
+	// a statement, as no other copy of this pointer can have claimed it
+	// (store.ClaimJob), and for an offered job the API takes the retry
+	// back itself.
 	handle *handoff.Handle
 }
 
@@ -91,12 +95,13 @@ func (l *local) done() { l.backstop.Stop() }
 // waited LocalBackstop for a worker (no delay). A job whose pointer is
 // lost otherwise (the process dies) still carries its send lease in the
 // database, and the outbox's sweep sends it when the lease ends.
-func (r *Router) Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool {
-	return r.offer(ptr, traceContext, requeue, nil)
+func (r *Router) Offer(u dispatch.Unsent, ptr dispatch.Pointer, requeue func(after time.Duration)) bool {
+	h := handoff.HandleOf(u)
+	return r.offer(ptr, u.TraceContext, requeue, &h)
 }
 
-// offer is Offer, for a pointer the API offered with its handle (nil: one
-// of this process's).
+// offer is Offer, for a pointer handed over with its handle: by this
+// process's publisher, or offered by an API.
 func (r *Router) offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration), h *handoff.Handle) bool {
 	if ptr.MessageGroupID != "" && ptr.MessageGroupID != ptr.ID {
 		return false

@@ -13,11 +13,17 @@ import (
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
+// unsent is the job with id as its store hands it over.
+func unsent(id string) dispatch.Unsent {
+	n, _ := dispatch.ParseID(id)
+	return dispatch.Unsent{ID: n, PoolCode: dispatch.DefaultPool, Mark: time.Now()}
+}
+
 // offerer counts the requeues of the pointers it offers.
 type offerer struct{ requeued atomic.Int32 }
 
 func (o *offerer) offer(r *router.Router, id string) bool {
-	return r.Offer(dispatch.Pointer{ID: id, PoolCode: dispatch.DefaultPool, MessageGroupID: id}, "", func(time.Duration) { o.requeued.Add(1) })
+	return r.Offer(unsent(id), dispatch.Pointer{ID: id, PoolCode: dispatch.DefaultPool, MessageGroupID: id}, func(time.Duration) { o.requeued.Add(1) })
 }
 
 // offerWhenRunning offers until the router has started its workers.
@@ -56,10 +62,10 @@ func TestOfferIsDeclinedUnlessAWorkerIsIdle(t *testing.T) {
 		return nil
 	})
 	var o offerer
-	if b.router.Offer(dispatch.Pointer{ID: "50", PoolCode: dispatch.DefaultPool, MessageGroupID: "g"}, "", func(time.Duration) {}) {
+	if b.router.Offer(unsent("50"), dispatch.Pointer{ID: "50", PoolCode: dispatch.DefaultPool, MessageGroupID: "g"}, func(time.Duration) {}) {
 		t.Error("a grouped pointer was taken in process")
 	}
-	if b.router.Offer(dispatch.Pointer{ID: "51", PoolCode: "NO-SUCH-POOL", MessageGroupID: "51"}, "", func(time.Duration) {}) {
+	if b.router.Offer(unsent("51"), dispatch.Pointer{ID: "51", PoolCode: "NO-SUCH-POOL", MessageGroupID: "51"}, func(time.Duration) {}) {
 		t.Error("a pointer of an unknown pool was taken in process")
 	}
 	o.offerWhenRunning(t, b.router, "52")

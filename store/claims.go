@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 )
 
 // ClaimJob atomically takes a job for one delivery attempt: PENDING or
@@ -22,10 +23,15 @@ import (
 // order the queue hands pointers out in. A stale claim's lost attempt is
 // recorded as TIMEOUT, since its outcome is unknown.
 //
-// A job this store handed to the queue a moment ago is claimed in memory
-// (Claim.Deferred; see fresh.go).
+// A job this store handed over a moment ago is claimed in memory
+// (Claim.Deferred; see fresh.go) when ctx carries the handle it was handed
+// with (handoff.WithHandle): the proof that this pointer is the copy this
+// store handed over, which nothing can have claimed before it. A pointer
+// from the queue has no such proof: another replica may have received a
+// copy and claimed the job already, so it is claimed by statement.
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
-	if j, ok := s.fresh.claim(id, now, lease); ok {
+	h, handed := handoff.HandleFrom(ctx)
+	if j, ok := s.fresh.claim(id, handed && h.ID == id, h.Mark, h.Gen, now, lease); ok {
 		return dispatch.Claim{State: dispatch.Claimed, Job: j, Deferred: true}, nil
 	}
 	// Fast path, one statement shared with the claims arriving at the same
@@ -87,7 +93,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			if err := insertAttempt(ctx, tx, s.NewID(), dispatch.Attempt{
 				JobID: j.ID, AttemptNumber: j.AttemptCount, AttemptedAt: derefTime(j.LastAttemptAt, now),
 				CompletedAt: now, Status: dispatch.AttemptTimeout,
-				ErrorMessage: "the processor stopped before recording the outcome (claim expired); the request may have reached the target",
+				ErrorMessage: takeoverMessage,
 			}, false); err != nil {
 				return err
 			}
@@ -115,6 +121,12 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	}
 	return c, nil
 }
+
+// takeoverMessage is the error of the TIMEOUT attempt a stale claim's
+// takeover records for the attempt whose outcome it cannot know. It marks
+// the one attempt row a later record may replace (finishManySQL): the
+// late holder's real outcome.
+const takeoverMessage = "the processor stopped before recording the outcome (claim expired); the request may have reached the target"
 
 // RecordClaim writes a deferred claim (Claim.Deferred) of j, as ClaimJob
 // returned it: the job goes from PENDING to IN_PROGRESS under the claim's
@@ -267,6 +279,9 @@ var finishManySQL = &boundedSQL{sql: `
 			status = EXCLUDED.status, response_code = EXCLUDED.response_code,
 			response_body = EXCLUDED.response_body, error_message = EXCLUDED.error_message,
 			request_headers = EXCLUDED.request_headers, response_headers = EXCLUDED.response_headers
+		-- Only a takeover's placeholder gives way: an attempt recorded by
+		-- its own holder is never overwritten.
+		WHERE dispatch_attempt.status = 'TIMEOUT' AND dispatch_attempt.error_message = '` + takeoverMessage + `'
 	)
 	UPDATE dispatch_job j SET status = i.status, last_error = i.last_error,
 		next_attempt_at = COALESCE(i.next_attempt_at, j.next_attempt_at),

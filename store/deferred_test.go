@@ -5,15 +5,32 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/store"
 )
 
+// claimHanded claims job j as its pointer handed over by st comes back:
+// with the job's handle, as the router's mediation carries it.
+func claimHanded(t *testing.T, st *store.Store, j dispatch.Job, now time.Time, want dispatch.ClaimState) dispatch.Claim {
+	t.Helper()
+	if j.QueuedAt == nil {
+		t.Fatalf("job %d was not handed over (no queued mark)", j.ID)
+	}
+	ctx := handoff.WithHandle(t.Context(), handoff.Handle{ID: j.ID, Mark: *j.QueuedAt})
+	c, err := st.ClaimJob(ctx, j.ID, now, lease)
+	if err != nil || c.State != want {
+		t.Fatalf("ClaimJob(%d) with its handle: %v (%v), want %v", j.ID, c.State, err, want)
+	}
+	return c
+}
+
 // deferred creates a job handed over (so the store remembers it) and
-// claims it, which must come back deferred: nothing written yet.
+// claims it through its handle, which must come back deferred: nothing
+// written yet.
 func deferred(t *testing.T, st *store.Store, mods ...func(*dispatch.Job)) dispatch.Claim {
 	t.Helper()
 	j := createJob(t, st, mods...)
-	c := claim(t, st, j.ID, now(), dispatch.Claimed)
+	c := claimHanded(t, st, j, now(), dispatch.Claimed)
 	if !c.Deferred {
 		t.Fatalf("claim of job %d created and handed over here a moment ago is not deferred", j.ID)
 	}
@@ -143,12 +160,12 @@ func TestOnlyAFreshDueJobIsClaimedDeferred(t *testing.T) {
 
 	c := deferred(t, st)
 	// A second copy of the pointer, while the first is delivered.
-	if c2 := claim(t, st, c.Job.ID, now(), dispatch.Claimed); c2.Deferred {
+	if c2 := claimHanded(t, st, c.Job, now(), dispatch.Claimed); c2.Deferred {
 		t.Error("a second copy of the pointer is claimed in memory too")
 	}
 
 	expired := createJob(t, st, func(j *dispatch.Job) { at := time.Now().Add(time.Minute); j.ExpiresAt = &at })
-	claim(t, st, expired.ID, now().Add(2*time.Minute), dispatch.ClaimTerminal)
+	claimHanded(t, st, expired, now().Add(2*time.Minute), dispatch.ClaimTerminal)
 
 	scheduled := createJob(t, st, func(j *dispatch.Job) { at := time.Now().Add(time.Hour); j.ScheduledFor = &at })
 	claim(t, st, scheduled.ID, now(), dispatch.ClaimNotDue)
@@ -200,5 +217,61 @@ func TestDeferredRecordLeavesAJobFinishedElsewhere(t *testing.T) {
 	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted, ClaimDeferred: true}, false)
 	if got := getJob(t, st, c.Job.ID); got.Status != dispatch.StatusError {
 		t.Errorf("job %s after a late deferred record, want the holder's ERROR", got.Status)
+	}
+}
+
+// Two replicas: a job this one handed over to the queue (none of its
+// processes took it) can come back here only after another replica has
+// claimed it through a copy of its pointer, and retried it. A pointer from
+// the queue carries no handle, so it is claimed by statement: the attempt
+// it starts is the job's second, not a second "first" delivered from the
+// state the job was created in.
+func TestAPointerFromTheQueueIsNotClaimedInMemory(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	other := storeOver(t, pool, newSealer(t, nil, nil))
+	j := createJob(t, st)
+
+	first := claim(t, other, j.ID, now(), dispatch.Claimed)
+	record(t, other, first, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: now()}, true)
+
+	c := claim(t, st, j.ID, now(), dispatch.Claimed)
+	if c.Deferred || c.Job.AttemptCount != 2 {
+		t.Fatalf("the retry's pointer, back at the replica that created the job: deferred %v, attempt %d; want claimed by statement, attempt 2",
+			c.Deferred, c.Job.AttemptCount)
+	}
+	if got := getJob(t, st, j.ID); got.Status != dispatch.StatusInProgress || got.AttemptCount != 2 {
+		t.Errorf("job %s attempt %d after the claim, want IN_PROGRESS attempt 2", got.Status, got.AttemptCount)
+	}
+}
+
+// A record that arrives late for an attempt number another holder has
+// recorded (its claim was taken over) leaves that attempt as its holder
+// recorded it: only a takeover's TIMEOUT placeholder gives way.
+func TestALateRecordDoesNotOverwriteAnotherHoldersAttempt(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	other := storeOver(t, pool, newSealer(t, nil, nil))
+	c := deferred(t, st)
+	// Another copy of the pointer, on a replica that did not know the job.
+	held := claim(t, other, c.Job.ID, now(), dispatch.Claimed)
+	record(t, other, held, dispatch.Transition{Status: dispatch.StatusCompleted}, true)
+
+	at := *c.Job.LastAttemptAt
+	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
+		JobID: c.Job.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: at, CompletedAt: at.Add(time.Second),
+		Status: dispatch.AttemptFailure, ResponseCode: 500, ResponseBody: "late",
+	}, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 500", NextAttemptAt: at, ClaimDeferred: true})
+	if err != nil || applied {
+		t.Fatalf("the late record: applied %v (%v), want not applied", applied, err)
+	}
+	attempts, err := st.ListAttempts(t.Context(), c.Job.ID)
+	if err != nil || len(attempts) != 1 {
+		t.Fatalf("ListAttempts: %d attempts (%v), want 1", len(attempts), err)
+	}
+	if a := attempts[0]; a.Status != dispatch.AttemptSuccess || a.ResponseCode != 200 {
+		t.Errorf("attempt 1 is %s %d after the late record, want the holder's SUCCESS 200", a.Status, a.ResponseCode)
 	}
 }

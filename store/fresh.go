@@ -1,16 +1,19 @@
 package store
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
 	"github.com/dispatchhq/dispatch"
 )
 
-// Deferred claims. A job this store created and handed to the queue a
-// moment ago is, when its pointer comes back to this process, in exactly the
-// state it was inserted in unless this store changed it since: PENDING,
-// no attempt, due, ungrouped (grouped jobs are never handed, see
+// Deferred claims. A job this store created and handed over a moment ago
+// is, when the very pointer it handed over comes back to this process (in
+// process, or offered to a router: it carries the job's handle), in
+// exactly the state it was inserted in unless this store changed it since:
+// no other copy of that pointer exists to be claimed elsewhere. PENDING, no
+// attempt, due, ungrouped (grouped jobs are never handed, see
 // insertAndHand). ClaimJob then claims it in memory only (Claim.Deferred):
 // no statement, and the attempt's record writes the claim together with the
 // outcome (Transition.ClaimDeferred), or RecordClaim writes it first for a
@@ -33,6 +36,7 @@ const (
 // freshJobs remembers the jobs created and handed over here most recently,
 // each claimed at most once, and the deferred claims in flight.
 type freshJobs struct {
+	ttl   time.Duration // how long a job put is claimed here: freshTTL, or the send lease if shorter
 	mu    sync.Mutex
 	jobs  map[int64]freshJob
 	ring  [freshMax]int64 // ids in the order put: n of them from head on
@@ -81,10 +85,12 @@ func (f *freshJobs) put(jobs []dispatch.Job, now time.Time) {
 	}
 }
 
-// claim claims the job with id in memory if it was put within freshTTL
-// and the claim statement would take it, and forgets it either way: a
-// second pointer of the same job claims it the usual way.
-func (f *freshJobs) claim(id int64, now time.Time, lease time.Duration) (dispatch.Job, bool) {
+// claim claims the job with id in memory if it was put within its ttl,
+// the pointer is the copy it was handed over as (handed, with the mark and
+// generation the job was stored with) and the claim statement would take
+// it. It forgets the job either way: any other pointer of the job, or a
+// second one, claims it the usual way.
+func (f *freshJobs) claim(id int64, handed bool, mark time.Time, gen int, now time.Time, lease time.Duration) (dispatch.Job, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e, ok := f.jobs[id]
@@ -92,7 +98,8 @@ func (f *freshJobs) claim(id int64, now time.Time, lease time.Duration) (dispatc
 		return dispatch.Job{}, false
 	}
 	f.forget(id)
-	if now.Sub(e.at) >= freshTTL {
+	if !handed || e.job.QueuedAt == nil || !e.job.QueuedAt.Equal(mark) || e.job.PointerGen != gen ||
+		now.Sub(e.at) >= cmp.Or(f.ttl, freshTTL) {
 		return dispatch.Job{}, false
 	}
 	j, ok := claimFresh(e.job, now, lease)

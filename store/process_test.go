@@ -101,6 +101,33 @@ func TestClaimJob(t *testing.T) {
 	}
 }
 
+// A holder presumed dead that records after all (its claim was taken
+// over) replaces the takeover's TIMEOUT placeholder with what really
+// happened, and leaves the job to the new holder.
+func TestALateRecordReplacesTheTakeoversPlaceholder(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	j := createJob(t, st)
+	t0 := now()
+	slow := claim(t, st, j.ID, t0, dispatch.Claimed)
+	claim(t, st, j.ID, t0.Add(lease+time.Second), dispatch.Claimed)
+
+	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
+		JobID: j.ID, AttemptNumber: slow.Job.AttemptCount, AttemptedAt: t0, CompletedAt: t0.Add(time.Second),
+		Status: dispatch.AttemptSuccess, ResponseCode: 200,
+	}, dispatch.Transition{Status: dispatch.StatusCompleted})
+	if err != nil || applied {
+		t.Fatalf("the late record: applied %v (%v), want not applied", applied, err)
+	}
+	as := attempts(t, st, j.ID)
+	if len(as) != 1 || as[0].Status != dispatch.AttemptSuccess || as[0].ResponseCode != 200 {
+		t.Errorf("attempts = %+v, want attempt 1 as its holder recorded it (SUCCESS 200)", as)
+	}
+	if got := getJob(t, st, j.ID); got.Status != dispatch.StatusInProgress || got.AttemptCount != 2 {
+		t.Errorf("job %s attempt %d, want the new holder's IN_PROGRESS attempt 2", got.Status, got.AttemptCount)
+	}
+}
+
 func TestClaimJobOutcomes(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)

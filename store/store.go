@@ -166,6 +166,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if opts.NewID != nil {
 		s.newID = opts.NewID
 	}
+	// Past its send lease a handed job may be sent again by the sweep, and
+	// that copy claimed elsewhere: the deferred claim ends before it.
+	s.fresh.ttl = min(freshTTL, s.sendLease)
 	s.finishes = groupCommit[finishReq, bool]{max: 64, exec: s.finishBatch,
 		linger: opts.FinishLinger, mayWait: func(r finishReq) bool { return !r.o.Grouped }, wake: make(chan struct{}, 1)}
 	s.claims = groupCommit[claimReq, claimRes]{max: 64, exec: s.claimBatch}

@@ -22,7 +22,7 @@ type fakeLocal struct {
 	requeue map[string]func(time.Duration)
 }
 
-func (f *fakeLocal) Offer(ptr dispatch.Pointer, _ string, requeue func(time.Duration)) bool {
+func (f *fakeLocal) Offer(_ dispatch.Unsent, ptr dispatch.Pointer, requeue func(time.Duration)) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.offered = append(f.offered, ptr.ID)

@@ -201,12 +201,13 @@ func (p *Publisher) Accepting() bool {
 	return p.sending && !p.stopped && len(p.pending)+p.reserved < maxHanded
 }
 
-// Local takes the pointer of a job just created into a processing pool of
-// this process, instead of the queue (router.Router.Offer), or declines it.
-// requeue puts the pointer on the queue after all, to be mediated after the
-// delay given; it is called at most once.
+// Local takes the pointer of a job just created (u, as handed over) into a
+// processing pool of this process, instead of the queue
+// (router.Router.Offer), or declines it. requeue puts the pointer on the
+// queue after all, to be mediated after the delay given; it is called at
+// most once.
 type Local interface {
-	Offer(ptr dispatch.Pointer, traceContext string, requeue func(after time.Duration)) bool
+	Offer(u dispatch.Unsent, ptr dispatch.Pointer, requeue func(after time.Duration)) bool
 }
 
 // DeliverLocally has handed pointers offered to l before they are sent:
@@ -274,7 +275,7 @@ func (p *Publisher) offer(l Local, r Remote, jobs []dispatch.Unsent) []dispatch.
 	for _, u := range jobs {
 		if u.GroupID == "" && u.QueueURL == "" {
 			ptr := p.pointer(u)
-			if l != nil && l.Offer(ptr, u.TraceContext, func(after time.Duration) { p.Requeue(u, after) }) {
+			if l != nil && l.Offer(u, ptr, func(after time.Duration) { p.Requeue(u, after) }) {
 				continue
 			}
 			if r != nil && r.Offer(u, ptr) {
