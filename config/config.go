@@ -483,7 +483,7 @@ func (r *reader) publicURL(name string) string {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
 		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		r.fail(name, "must be the absolute http(s) URL operators reach dispatch at, such as https://dispatch.example.com (got %q)", v)
+		r.fail(name, "must be the absolute http(s) URL operators reach dispatch at, such as https://dispatch.example.com (got %q)", MaskDatabaseURL(v))
 		return ""
 	}
 	return v
@@ -632,7 +632,7 @@ func (r *reader) queues(file *routerFile, c Config) []Queue {
 			q := Queue{URL: strings.TrimSpace(fq.QueueURI), Name: strings.TrimSpace(fq.QueueName),
 				Connections: fq.Connections, VisibilityTimeout: fq.VisibilityTimeout.d, Endpoint: strings.TrimSpace(fq.Endpoint)}
 			if u, err := url.Parse(q.Endpoint); q.Endpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-				r.fail(source, "queue %d: endpoint must be an absolute http(s) URL, such as http://localhost:9324 (got %q)", i+1, q.Endpoint)
+				r.fail(source, "queue %d: endpoint must be an absolute http(s) URL, such as http://localhost:9324 (got %q)", i+1, MaskDatabaseURL(q.Endpoint))
 			}
 			qs = append(qs, q)
 		}
@@ -677,7 +677,7 @@ func (r *reader) queues(file *routerFile, c Config) []Queue {
 		case q.URL != "":
 			u, err := url.Parse(q.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, ".fifo") {
-				r.fail(source, "%s: queueUri must be the absolute http(s) URL of a FIFO queue, ending in .fifo (got %q)", what, q.URL)
+				r.fail(source, "%s: queueUri must be the absolute http(s) URL of a FIFO queue, ending in .fifo (got %q)", what, MaskDatabaseURL(q.URL))
 				continue
 			}
 			if q.Name != "" && q.Name != lastSegment(q.URL) {

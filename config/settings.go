@@ -261,8 +261,13 @@ func Effective(settings []Setting, getenv func(string) string, c *Config) []Valu
 
 // Mask returns value as it may be shown: a secret token or key as ****
 // (each of a list), a URL or connection string with its password masked.
+// Any other setting's URL is shown with the password it may carry masked
+// too (https://user:pass@host).
 func (s Setting) Mask(value string) string {
 	if !s.Secret || value == "" {
+		if strings.Contains(value, "://") {
+			return MaskDatabaseURL(value)
+		}
 		return value
 	}
 	if s.Name == "DATABASE_URL" {
@@ -279,7 +284,9 @@ var keywordPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*
 
 // MaskDatabaseURL masks the password of a PostgreSQL URL
 // (postgres://user:password@host/db, or ?password=) or keyword/value
-// connection string (password=...).
+// connection string (password=...). A URL Go's parser refuses (pgx reads
+// some of them: a password with a '#' in it, say) has everything between
+// the user name and its last '@' masked.
 func MaskDatabaseURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
 		if _, has := u.User.Password(); has {
@@ -291,6 +298,13 @@ func MaskDatabaseURL(raw string) string {
 			u.RawQuery = q.Encode()
 		}
 		return strings.ReplaceAll(u.String(), "%2A%2A%2A%2A", "****")
+	}
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i+3 {
+			if c := strings.IndexByte(raw[i+3:at], ':'); c >= 0 {
+				raw = raw[:i+3+c] + ":****" + raw[at:]
+			}
+		}
 	}
 	return keywordPassword.ReplaceAllString(raw, "${1}****")
 }

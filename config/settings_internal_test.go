@@ -132,6 +132,11 @@ func TestMaskHidesSecrets(t *testing.T) {
 		{db, "host=db user=app password=s3cret dbname=dispatch", "host=db user=app password=**** dbname=dispatch", "s3cret"},
 		{db, "host=db password='s3 cret' dbname=dispatch", "host=db password=**** dbname=dispatch", "s3 cret"},
 		{db, "postgres://postgres@127.0.0.1:5432/dispatch", "postgres://postgres@127.0.0.1:5432/dispatch", ""},
+		// Go's URL parser refuses these; pgx connects with the first.
+		{db, "postgres://app:Xy#9k!pQ@db.internal:5432/dispatch", "postgres://app:****@db.internal:5432/dispatch", "Xy#9k"},
+		{db, "postgres://app:p%zz/w@db:notaport/x", "postgres://app:****@db:notaport/x", "p%zz"},
+		{db, "postgres://app:a@b@db/x?password=s3cret", "postgres://app:****@db/x?password=****", "s3cret"},
+		{Setting{Name: "DISPATCH_PUBLIC_URL"}, "https://ops:hunter2@dispatch.example.com", "https://ops:****@dispatch.example.com", "hunter2"},
 		{tok, "token-one-0123456789,token-two-0123456789", "****,****", "token"},
 		{Setting{Name: "DISPATCH_HTTP_ADDR"}, ":8080", ":8080", ""},
 	} {

@@ -13,6 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +186,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 func Connect(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", redactErr(err))
+		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", parseError(url, err))
 	}
 	if !strings.Contains(url, "pool_max_conns") && cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
@@ -347,6 +350,54 @@ func interpret(err error) error {
 }
 
 // redactErr keeps a connection string's password out of error text.
+// parseError is why pgx cannot parse the connection string raw, without
+// the string and its password: pgx's error quotes the string, masking the
+// password only where Go's URL parser finds it, and a URL error inside it
+// quotes the string whole.
+func parseError(raw string, err error) error {
+	reason := err.Error()
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		reason = strings.Replace(reason, ue.Error(), ue.Err.Error(), 1)
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if i := strings.LastIndex(reason, "`: "); i >= 0 { // cannot parse `<the string>`: <why>
+			reason = reason[i+3:]
+		}
+	}
+	for _, p := range passwordsIn(raw) {
+		reason = strings.ReplaceAll(reason, p, "****")
+	}
+	return errors.New("invalid database URL: " + reason)
+}
+
+// passwordsIn is every password the connection string raw may carry: in a
+// URL's user information, as written and unescaped, and as a password
+// parameter.
+func passwordsIn(raw string) []string {
+	var out []string
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i+3 {
+			if c := strings.IndexByte(raw[i+3:at], ':'); c >= 0 {
+				p := raw[i+3+c+1 : at]
+				out = append(out, p)
+				if u, err := neturl.PathUnescape(p); err == nil && u != p {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(raw, -1) {
+		out = append(out, m[1], strings.Trim(m[1], "'"))
+	}
+	return slices.DeleteFunc(out, func(p string) bool { return p == "" || p == "'" || p == "''" })
+}
+
+// passwordParam is a password parameter's value, in a URL's query or a
+// keyword/value string.
+var passwordParam = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+
 func redactErr(err error) error {
 	var pgErr *pgconn.ConnectError
 	if errors.As(err, &pgErr) {
