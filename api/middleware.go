@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -63,6 +64,29 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 			return
 		}
 		c.Next()
+	}
+}
+
+// checkQuery refuses a query string with a name or value that is not
+// valid UTF-8 or holds a NUL character, naming each such parameter: no
+// PostgreSQL text can hold them, so a search filter with one would fail
+// in the database as a 500. Request bodies are checked as they are read.
+func (s *Server) checkQuery(c *gin.Context) {
+	if c.Request.URL.RawQuery == "" {
+		return
+	}
+	var p dispatch.Problems
+	for name, vals := range c.Request.URL.Query() {
+		bad := !utf8.ValidString(name) || strings.ContainsRune(name, 0)
+		for _, v := range vals {
+			bad = bad || !utf8.ValidString(v) || strings.ContainsRune(v, 0)
+		}
+		if bad {
+			p.Add(strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", ""), "\uFFFD"), "must be valid UTF-8 without NUL characters")
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(c, err)
 	}
 }
 

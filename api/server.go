@@ -225,7 +225,7 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	s.trustProxies(e)
 	e.HandleMethodNotAllowed = true
-	e.Use(s.logRequests, s.recoverer) // the logger outside, so a recovered panic is logged with its 500
+	e.Use(s.logRequests, s.recoverer, s.checkQuery) // the logger outside, so a recovered panic is logged with its 500
 	if s.cfg.Tracer.Enabled() {
 		e.Use(s.traceRequests)
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -104,5 +105,25 @@ func TestMetadataSearchCanUseTheIndexes(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Errorf("partitions without a valid metadata index: %v", missing)
+	}
+}
+
+// Creation-time bounds far from now (before the ids' epoch, or past the
+// last time an id can hold) are bounds like any other: they keep every job
+// on their side, instead of wrapping around and matching nothing.
+func TestSearchWithFarCreationTimes(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	j := createJob(t, st, func(j *dispatch.Job) { j.Source = "far-times" })
+	for _, c := range []struct{ after, before string }{
+		{"0100-01-01T00:00:00Z", "2099-01-01T00:00:00Z"},
+		{"1990-01-01T00:00:00Z", "9999-12-31T23:59:59Z"},
+	} {
+		after, _ := time.Parse(time.RFC3339, c.after)
+		before, _ := time.Parse(time.RFC3339, c.before)
+		found, total, err := st.SearchJobs(t.Context(), dispatch.JobFilter{Source: "far-times", CreatedAfter: &after, CreatedBefore: &before}, 0, 20)
+		if err != nil || total != 1 || len(found) != 1 || found[0].ID != j.ID {
+			t.Errorf("created after %s and before %s: %d of %d jobs (%v), want the job", c.after, c.before, len(found), total, err)
+		}
 	}
 }

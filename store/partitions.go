@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,8 +39,19 @@ var partitioned = []string{"dispatch_job", "dispatch_attempt", "dispatch_payload
 // creates and drops partitions.
 const historyLock = 0x64697370_68697374 // "disphist"
 
-// IDAt is the smallest TSID of time t.
-func IDAt(t time.Time) int64 { return (t.UnixMilli() - snowflake.Epoch) << 22 }
+// IDAt is the smallest TSID of time t: 0 before the ids' epoch (2010),
+// and the largest id past the last time an id can hold (in 2079), where
+// the shift would wrap around and a search bound would match nothing.
+func IDAt(t time.Time) int64 {
+	ms := t.UnixMilli() - snowflake.Epoch
+	switch {
+	case ms <= 0:
+		return 0
+	case ms > math.MaxInt64>>22:
+		return math.MaxInt64
+	}
+	return ms << 22
+}
 
 // TimeOfID is the time a TSID was made at (to the millisecond).
 func TimeOfID(id int64) time.Time { return time.UnixMilli(id>>22 + snowflake.Epoch).UTC() }
