@@ -818,6 +818,17 @@ func settingNames() (services, others map[string]bool) {
 // IsSetting reports whether name is a variable Load reads.
 func IsSetting(name string) bool { return known[name] || name == "DATABASE_URL" }
 
+// IsSecret reports whether the setting name holds a secret (a token, a
+// key, a URL that may carry a password).
+func IsSecret(name string) bool {
+	for _, s := range Settings {
+		if s.Name == name {
+			return s.Secret
+		}
+	}
+	return false
+}
+
 // CheckUnknown reports DISPATCH_* variables that nothing reads (a typo
 // would otherwise silently leave a default in place), one error per line.
 func CheckUnknown(environ []string) error {

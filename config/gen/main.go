@@ -37,7 +37,9 @@ func render(w io.Writer) {
 
 Every setting is an environment variable, and also a flag that overrides
 it: `+"`dispatch api --http-addr=:9090 --log-level debug`"+`, with
-`+"`--database-url`"+` for `+"`DATABASE_URL`"+`. All are checked at start: an unknown
+`+"`--database-url`"+` for `+"`DATABASE_URL`"+`. Secrets (marked below) are taken from the
+environment only, where ps and shell history do not show them: their
+flags are refused, and so is a `+"`--database-url`"+` with a password. All are checked at start: an unknown
 `+"`DISPATCH_*`"+` variable, an invalid value, or settings that contradict each
 other stop the process with one message that lists every problem.
 `+"`dispatch config [command]`"+` prints the value of each in effect and where it

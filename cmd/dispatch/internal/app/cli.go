@@ -158,8 +158,8 @@ func printHelp(w io.Writer, name string) error {
 	}
 	fmt.Fprintf(w, "usage: dispatch %s %s\n\n%s\n\n", name, args, cmd.about)
 	fmt.Fprintln(w, "Each setting is read from the environment and may be given as a flag, which\n"+
-		"wins: DISPATCH_HTTP_ADDR=:9090 or --http-addr=:9090. Keep secrets in the\n"+
-		"environment (or your orchestrator's secret store): ps shows flags.")
+		"wins: DISPATCH_HTTP_ADDR=:9090 or --http-addr=:9090. Secrets are read from the\n"+
+		"environment only (or your orchestrator's secret store): ps shows flags.")
 	scope := name
 	if name == "config" {
 		scope = "all"
@@ -181,7 +181,7 @@ func writeSettings(w io.Writer, settings []config.Setting) {
 	fmt.Fprintln(w, "\nsettings (flag, environment variable):")
 	for _, s := range settings {
 		flag := s.Flag() + "  "
-		if s.Name == "DISPATCH_LISTEN_SECRET" {
+		if s.Secret && s.Name != "DATABASE_URL" {
 			flag = "" // the environment only: no flag puts it in ps
 		}
 		def := ""
@@ -189,8 +189,11 @@ func writeSettings(w io.Writer, settings []config.Setting) {
 			def = fmt.Sprintf(" (default %s)", s.Default)
 		}
 		secret := ""
-		if s.Secret {
-			secret = " [secret]"
+		switch {
+		case s.Name == "DATABASE_URL":
+			secret = " [secret: as a flag, only without a password]"
+		case s.Secret:
+			secret = " [secret: environment only]"
 		}
 		fmt.Fprintf(w, "  %s%s%s\n      %s%s\n", flag, s.Name, secret, s.Help, def)
 	}

@@ -55,6 +55,47 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	}
 }
 
+// A secret given as a flag would be in the process list and the shell's
+// history: it is refused, naming the variable to set instead, and no error
+// repeats a value given on the command line.
+func TestSecretsAreNotTakenAsFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--admin-token=S3cretAdminToken99"},
+		{"--api-tokens", "S3cretApiToken99"},
+		{"--encryption-key=S3cretKey99"},
+		{"--database-url=postgres://app:S3cret99@db/dispatch"},
+		{"-admin-token=S3cretAdminToken99"},
+	} {
+		_, err := settingFlags(args)
+		if err == nil {
+			t.Errorf("settingFlags(%v) accepted it", args)
+			continue
+		}
+		if strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("settingFlags(%v): %q repeats the secret", args, err)
+		}
+	}
+	_, err := settingFlags([]string{"--internal-token=x"})
+	if err == nil || !strings.Contains(err.Error(), "DISPATCH_INTERNAL_TOKEN") {
+		t.Errorf("--internal-token: %v, want an error naming DISPATCH_INTERNAL_TOKEN", err)
+	}
+}
+
+// listen refuses at start a status no HTTP client could read, rather than
+// failing every request with it.
+func TestListenRefusesAStatusOutsideHTTPs(t *testing.T) {
+	for _, args := range [][]string{{"--status", "42"}, {"--status", "1000"}, {"--fail-status", "0"}} {
+		var stdout, stderr bytes.Buffer
+		err := Run(context.Background(), append([]string{"listen", "--addr", "127.0.0.1:0"}, args...), nil, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("listen %v: %v, want an error naming %s", args, err, args[0])
+		}
+		if strings.Contains(stdout.String(), "listening") {
+			t.Errorf("listen %v listened", args)
+		}
+	}
+}
+
 // The services accept DISPATCH_LISTEN_SECRET in their environment (a shell
 // that exported it for listen) but take no --listen-secret flag.
 func TestServicesTakeNoListenSecretFlag(t *testing.T) {

@@ -102,6 +102,14 @@ func runListen(ctx context.Context, args []string, getenv func(string) string, s
 	if *scheme != "" && !webhook.Scheme(*scheme).Valid() {
 		return fmt.Errorf("--scheme must be FLOWCATALYST or STANDARD_WEBHOOKS")
 	}
+	for _, st := range []struct {
+		flag string
+		code int
+	}{{"--status", *status}, {"--fail-status", *failStatus}} {
+		if st.code < 200 || st.code > 599 {
+			return fmt.Errorf("%s must be an HTTP status from 200 to 599 (got %d)", st.flag, st.code)
+		}
+	}
 	verifier := webhook.Verifier{Scheme: webhook.Scheme(*scheme), Secrets: secrets, Tolerance: o.tolerance}
 	var (
 		mu sync.Mutex

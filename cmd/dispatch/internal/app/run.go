@@ -133,13 +133,19 @@ func Run(ctx context.Context, args []string, environ []string, stdout, stderr io
 
 // settingFlags turns --name=value (or --name value) into NAME=value
 // environment entries: --http-addr :9090 is DISPATCH_HTTP_ADDR=:9090 and
-// --database-url is DATABASE_URL. Every setting is a flag; no other is.
+// --database-url is DATABASE_URL. Every setting is a flag; no other is. A
+// secret is refused as a flag (ps and shell history would show it), and so
+// is a database URL with a password; an error never repeats a value.
 func settingFlags(args []string) ([]string, error) {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		name, ok := strings.CutPrefix(args[i], "--")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("unexpected argument %q (settings are --name=value flags or DISPATCH_* variables)", args[i])
+			shown := args[i]
+			if before, _, valued := strings.Cut(shown, "="); valued {
+				shown = before + "=…"
+			}
+			return nil, fmt.Errorf("unexpected argument %q (settings are --name=value flags or DISPATCH_* variables)", shown)
 		}
 		name, value, hasValue := strings.Cut(name, "=")
 		if !hasValue {
@@ -155,6 +161,9 @@ func settingFlags(args []string) ([]string, error) {
 		}
 		if !config.IsSetting(env) {
 			return nil, fmt.Errorf("unknown flag --%s (each DISPATCH_* setting is a flag: DISPATCH_HTTP_ADDR is --http-addr)", name)
+		}
+		if config.IsSecret(env) && (env != "DATABASE_URL" || config.MaskDatabaseURL(value) != value) {
+			return nil, fmt.Errorf("--%s would put a secret where ps and shell history show it: set %s in the environment (or your orchestrator's secret store)", name, env)
 		}
 		out = append(out, env+"="+value)
 	}
