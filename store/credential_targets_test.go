@@ -88,9 +88,18 @@ func TestCredentialTargetsRefuseJobs(t *testing.T) {
 	}
 	_, _, err := st.CreateJob(t.Context(), with(unbound.ID, "https://partner.example/hooks"))
 	wantCode(t, err, dispatch.EUnprocessable)
-	_, _, err = st.CreateJobs(t.Context(), []*dispatch.Job{with(c.ID, "https://partner.example/hooks/a"), nil, with(c.ID, "https://evil.test/")})
-	if de := wantCode(t, err, dispatch.EUnprocessable); !strings.HasPrefix(de.Message, "jobs[2]: ") {
+	_, _, err = st.CreateJobs(t.Context(), []*dispatch.Job{with(c.ID, "https://partner.example/hooks/a"), nil, with(c.ID, "https://evil.test/"),
+		with(c.ID, "https://partner.example/hooks/b"), with(987654321, "https://partner.example/hooks/c")})
+	de := wantCode(t, err, dispatch.EUnprocessable)
+	if !strings.HasPrefix(de.Message, "jobs[2]: ") {
 		t.Errorf("batch message %q does not name the item", de.Message)
+	}
+	var fields []string
+	for _, d := range de.Details {
+		fields = append(fields, d.Field)
+	}
+	if len(fields) != 2 || !strings.HasPrefix(fields[0], "jobs[2]") || fields[1] != "jobs[4].credentialsId" {
+		t.Errorf("batch details name %v, want each refused item: jobs[2]…, jobs[4].credentialsId", fields)
 	}
 	if n := countRows(t, pool, "dispatch_job"); n != 0 {
 		t.Fatalf("%d jobs stored by refused creates", n)

@@ -236,19 +236,29 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	created := make([]bool, len(jobs))
 	var valid []*dispatch.Job
 	var index []int
+	var refused *dispatch.Error // every item the credentials refuse, named
+	nRefused := 0
 	for i, j := range jobs {
 		if j == nil {
 			continue
 		}
 		if err := s.checkCredentials(ctx, j.CredentialsID, j.TargetURL); err != nil {
 			var de *dispatch.Error
-			if errors.As(err, &de) {
-				de.Message = fmt.Sprintf("jobs[%d]: %s", i, de.Message)
+			if !errors.As(err, &de) {
+				return nil, nil, err
 			}
-			return nil, nil, err
+			refused = refuseItem(refused, i, de)
+			nRefused++
+			continue
 		}
 		valid = append(valid, j)
 		index = append(index, i)
+	}
+	if refused != nil {
+		if nRefused > 1 {
+			refused.Message += fmt.Sprintf(" (and %d more items: see details)", nRefused-1)
+		}
+		return nil, nil, refused
 	}
 	if len(valid) == 0 {
 		return out, created, nil
@@ -275,6 +285,26 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		out[i], created[i] = got[k], made[k]
 	}
 	return out, created, nil
+}
+
+// refuseItem adds item i's refusal de to the batch's refusal so far (nil:
+// none yet): the first refusal's code and message, prefixed with jobs[i],
+// and every item's details, each field prefixed (jobs[i].credentialsId).
+func refuseItem(so *dispatch.Error, i int, de *dispatch.Error) *dispatch.Error {
+	prefix := fmt.Sprintf("jobs[%d]", i)
+	if so == nil {
+		so = &dispatch.Error{Code: de.Code, Message: prefix + ": " + de.Message}
+	}
+	if len(de.Details) == 0 {
+		so.Details = append(so.Details, dispatch.FieldError{Field: prefix, Message: de.Message})
+	}
+	for _, d := range de.Details {
+		so.Details = append(so.Details, dispatch.FieldError{Field: prefix + "." + d.Field, Message: d.Message})
+	}
+	if len(so.Details) > dispatch.MaxDetails {
+		so.Details = so.Details[:dispatch.MaxDetails]
+	}
+	return so
 }
 
 // createInTx stores jobs in one transaction, so that a failure after the
