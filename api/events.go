@@ -26,12 +26,20 @@ func (s *Server) createSubscription(c *gin.Context) {
 		return
 	}
 	out, err := s.store.CreateSubscription(c.Request.Context(), sub)
-	if err == nil && verify {
-		out, err = s.verify(c.Request.Context(), out.ID)
-	}
 	if err != nil {
 		s.writeError(c, err)
 		return
+	}
+	if verify {
+		// The subscription is stored: it is answered 201 whatever happens
+		// to the handshake, so that a client's retry cannot make a second
+		// one. One that could not run leaves it PENDING_VERIFICATION, to
+		// verify with POST …/{id}/verify.
+		if v, err := s.verify(c.Request.Context(), out.ID); err != nil {
+			s.log.Warn("subscription created, but its verification handshake could not run", "subscription_id", out.ID, "err", err)
+		} else {
+			out = v
+		}
 	}
 	c.JSON(http.StatusCreated, viewSubscription(out))
 }

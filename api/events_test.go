@@ -475,3 +475,21 @@ func TestURLChangeOfVerifiedSubscriptionWaitsForItsHandshake(t *testing.T) {
 		t.Errorf("no job for the subscription once its new url passed")
 	}
 }
+
+// A subscription created with a handshake that cannot run (here: no
+// verifier in the process) is stored, so it is answered 201 as it is
+// stored, PENDING_VERIFICATION: an error would make the client's retry a
+// second subscription.
+func TestSubscriptionWhoseHandshakeCannotRunIsAnsweredAsStored(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var sub subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"https://hooks.example.com/in","eventTypes":["*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	if sub.Status != "PENDING_VERIFICATION" {
+		t.Errorf("status %s, want PENDING_VERIFICATION", sub.Status)
+	}
+	if n := f.count(t, "dispatch_subscription"); n != 1 {
+		t.Errorf("%d subscriptions stored, want 1", n)
+	}
+}
