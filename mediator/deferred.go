@@ -24,6 +24,7 @@ type deferredClaim struct {
 	mu      sync.Mutex // held while the claim is written
 	settled bool       // written, or left to the record
 	decided bool       // the record need not write the claim: written, or the job moved on
+	moved   bool       // the job moved on: the claim is not this attempt's to give back
 }
 
 // deferClaim starts the timer that writes j's claim if the delivery runs
@@ -54,11 +55,22 @@ func (dc *deferredClaim) write(ctx context.Context) {
 		// Perhaps written: the record accepts the job in either state.
 		dc.log.Warn("cannot write the claim of a delivery running long; its outcome will write it", "err", err)
 	case !held:
-		dc.decided = true
+		dc.decided, dc.moved = true, true
 		dc.log.Warn("the job moved on during its delivery (cancelled, or claimed through another copy of its pointer)")
 	default:
 		dc.decided = true
 	}
+}
+
+// movedOn reports whether writing the claim found the job moved on
+// (cancelled, or claimed through another copy of its pointer).
+func (dc *deferredClaim) movedOn() bool {
+	if dc == nil {
+		return false
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return dc.moved
 }
 
 // settle stops the timer, waits for a write it started, and reports

@@ -1,6 +1,7 @@
 package mediator_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/mediator"
+	"github.com/dispatchhq/dispatch/store"
 )
 
 // keptHandoff takes every new job's pointer and drops it, as if sent: the
@@ -150,6 +152,47 @@ func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
 	got := s.job(t, second.ID)
 	if got.Status != dispatch.StatusFailed || got.AttemptCount != 0 || got.ClaimedUntil != nil || got.NextAttemptAt == nil || !got.NextAttemptAt.After(time.Now()) {
 		t.Errorf("job %s attempt %d claim %v next %v; want FAILED, no attempt spent, no claim, due later", got.Status, got.AttemptCount, got.ClaimedUntil, got.NextAttemptAt)
+	}
+	if n := tg.hits.Load(); n != 1 {
+		t.Errorf("target received %d requests, want 1", n)
+	}
+}
+
+// A deferred claim that is to be given back (the host's breaker is open)
+// but finds, as it writes the claim first, that another replica claimed the
+// job through a copy of its pointer, gives nothing back: the claim in the
+// database is that holder's, and resetting it would have the job delivered
+// again.
+func TestADeferredClaimDoesNotGiveBackAnotherHoldersClaim(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{Breakers: mediator.NewBreakers(1, time.Minute), ClaimAfter: time.Minute})
+	tg := statusTarget(t, 500)
+	first := s.createJob(t, tg.URL, nil)
+	second := s.createJob(t, tg.URL, nil)
+	if d := s.processHanded(t, first); d.Done {
+		t.Fatalf("first job: decision %+v; want a retry (and the breaker open)", d)
+	}
+
+	sealer, err := store.NewSealer(bytes.Repeat([]byte{7}, 32), nil) // no credentials here
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := store.New(s.pool, store.Options{NodeID: 3, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.ClaimJob(t.Context(), second.ID, time.Now(), time.Minute)
+	if err != nil || held.State != dispatch.Claimed {
+		t.Fatalf("the other replica's claim: %v (%v)", held.State, err)
+	}
+
+	if d := s.processHanded(t, second); d.Done {
+		t.Errorf("decision %+v; want a retry", d)
+	}
+	got := s.job(t, second.ID)
+	if got.Status != dispatch.StatusInProgress || got.AttemptCount != 1 || got.ClaimedUntil == nil || !got.ClaimedUntil.Equal(*held.Job.ClaimedUntil) {
+		t.Errorf("job %s attempt %d claim %v; want the other replica's claim left as it was (IN_PROGRESS, attempt 1, until %v)",
+			got.Status, got.AttemptCount, got.ClaimedUntil, held.Job.ClaimedUntil)
 	}
 	if n := tg.hits.Load(); n != 1 {
 		t.Errorf("target received %d requests, want 1", n)

@@ -253,6 +253,9 @@ func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job, 
 
 func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim, next time.Time, reason string) {
 	dc.write(ctx) // a claim given back is written first, to be given back the usual way
+	if dc.movedOn() {
+		return // another holder's claim would match this one's attempt: it is not ours to give back
+	}
 	if err := p.store.Unclaim(ctx, j, next, reason); err != nil {
 		log.Error("cannot give back the claim; it expires by itself", "err", err)
 	}
