@@ -450,6 +450,14 @@ var (
 // insertJobsFrom stores new jobs from a row source (%s), their payloads,
 // and the idempotency keys not held yet (a job whose key another holds is
 // not inserted); it returns each stored job's id, queued_at and seq.
+//
+// A job's place in its group (seq) is drawn as it is inserted, but the
+// group is delivered in that order only if the inserts commit in it too: a
+// create that drew a later place and committed first could have its job
+// delivered, and fail, while the earlier one, committed later, went ahead
+// of its retry. So the statement first takes a transaction lock on each of
+// its groups (groupLocks), in order, and creates of one group are written
+// one after another.
 const insertJobsFrom = `
 		WITH i AS (
 			SELECT * FROM %s
@@ -457,6 +465,8 @@ const insertJobsFrom = `
 				payload_content_type, credentials_id, max_retries, retry_strategy, scheduled_for, expires_at,
 				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context,
 				queue_url, pool_code)
+		), g AS (
+			` + groupLocks + `
 		), k AS (
 			INSERT INTO dispatch_job_key (idempotency_key, job_id)
 			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
@@ -475,13 +485,22 @@ const insertJobsFrom = `
 				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $1::timestamptz END,
 				CASE WHEN $23::boolean AND next_attempt_at <= $1 AND group_id IS NULL THEN $24::timestamptz END,
 			trace_context, queue_url, pool_code
-			FROM i WHERE idempotency_key IS NULL OR id IN (SELECT job_id FROM k)
+			FROM i WHERE (idempotency_key IS NULL OR id IN (SELECT job_id FROM k)) AND (SELECT n FROM g) >= 0
 			RETURNING id, queued_at, seq
 		), p AS (
 			-- the payload, written once (see jobCols)
 			INSERT INTO dispatch_payload (job_id, body) SELECT i.id, i.payload FROM i JOIN j ON j.id = i.id
 		)
 		SELECT id, queued_at, seq FROM j`
+
+// groupLocks takes the transaction lock of each group of i's jobs, in the
+// groups' order (so two statements cannot wait on each other), and counts
+// them; the insert waits for that count before it draws its places.
+const groupLocks = `SELECT count(pg_advisory_xact_lock(` + groupLockSpace + `, hashtext(group_id))) AS n
+			FROM (SELECT DISTINCT group_id FROM i WHERE group_id IS NOT NULL ORDER BY group_id) groups`
+
+// groupLockSpace is the first key of the groups' advisory locks ("grup").
+const groupLockSpace = "1735554416"
 
 // onlyElements replaces each slice argument (but a []byte) with its only
 // element: insertJobsSQL's arguments for insertJobSQL.
