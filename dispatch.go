@@ -214,6 +214,11 @@ type Pointer struct {
 	// a group's buffered messages by it. Absent in pointers sent before it
 	// existed, whose jobs keep their id as their place.
 	Sequence int64 `json:"sequence,omitempty"`
+	// SentMark is the job's queued mark when the pointer was sent, in
+	// microseconds since the Unix epoch: with the message's first receive,
+	// the proof that no one has claimed the job through it yet (see
+	// store.ClaimJob). Absent in pointers from elsewhere.
+	SentMark int64 `json:"sentMark,omitempty"`
 }
 
 // pointerOptions read a pointer as encoding/json reads it (member names in

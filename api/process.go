@@ -36,6 +36,9 @@ func (s *Server) process(c *gin.Context) {
 			s.log.Warn("ignored a processing request's unreadable offer handle", "job_id", ptr.ID)
 		}
 	}
+	if c.GetHeader(handoff.FirstReceiveHeader) == "1" {
+		ctx = handoff.WithFirstReceive(ctx)
+	}
 	d, err := s.processor.Process(ctx, ptr)
 	if err != nil {
 		s.log.Error("processing failed; the router will retry", "job_id", ptr.ID, "err", err)

@@ -314,6 +314,28 @@ func DecodeHeader(v string) (Handle, error) {
 	return h, nil
 }
 
+// FirstReceiveHeader on a processing request says the queue message it
+// mediates is received for the first time (SQS's ApproximateReceiveCount
+// of 1): FirstReceive on the processing endpoint's side.
+const FirstReceiveHeader = "X-Dispatch-First-Receive"
+
+type firstReceiveKey struct{}
+
+// WithFirstReceive is ctx mediating a queue message received for the
+// first time. With the queued mark its pointer was sent under
+// (dispatch.Pointer.SentMark) it proves what a Handle proves: no one can
+// have claimed the job through this pointer before.
+func WithFirstReceive(ctx context.Context) context.Context {
+	return context.WithValue(ctx, firstReceiveKey{}, true)
+}
+
+// FirstReceive reports whether ctx mediates a message received for the
+// first time.
+func FirstReceive(ctx context.Context) bool {
+	first, _ := ctx.Value(firstReceiveKey{}).(bool)
+	return first
+}
+
 type handleKey struct{}
 
 // WithHandle is ctx carrying the handle of the offered job being mediated.

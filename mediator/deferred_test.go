@@ -130,21 +130,29 @@ func TestSlowDeliveryWritesItsClaimWhileRunning(t *testing.T) {
 	}
 }
 
-// A deferred claim given back (the host's breaker is open) is given back
-// as any: FAILED, no attempt spent, no claim, due when the breaker allows.
-func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
-	t.Parallel()
+// behindAnOpenBreaker is a processor whose store hands its jobs over, a
+// target that answers 500, whose host's breaker the first job's failure has
+// opened, and a second job for it, created and handed over.
+func behindAnOpenBreaker(t *testing.T) (procSetup, *target, dispatch.Job) {
+	t.Helper()
 	s := setupHanded(t, mediator.ProcessorConfig{Breakers: mediator.NewBreakers(1, time.Minute), ClaimAfter: time.Minute})
 	tg := statusTarget(t, 500)
 	first := s.createJob(t, tg.URL, nil)
 	second := s.createJob(t, tg.URL, nil)
-
 	if d := s.processHanded(t, first); d.Done {
 		t.Fatalf("first job: decision %+v; want a retry", d)
 	}
 	if got := s.job(t, first.ID); got.Status != dispatch.StatusFailed || got.AttemptCount != 1 {
-		t.Errorf("first job %s attempt %d; want FAILED after attempt 1", got.Status, got.AttemptCount)
+		t.Fatalf("first job %s attempt %d; want FAILED after attempt 1", got.Status, got.AttemptCount)
 	}
+	return s, tg, second
+}
+
+// A deferred claim given back (the host's breaker is open) is given back
+// as any: FAILED, no attempt spent, no claim, due when the breaker allows.
+func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
+	t.Parallel()
+	s, tg, second := behindAnOpenBreaker(t)
 	d := s.processHanded(t, second)
 	if d.Done || !strings.Contains(d.Reason, "circuit breaker") {
 		t.Errorf("decision %+v; want a retry because the breaker is open", d)
@@ -165,13 +173,7 @@ func TestDeferredClaimGivenBackToAnOpenBreaker(t *testing.T) {
 // again.
 func TestADeferredClaimDoesNotGiveBackAnotherHoldersClaim(t *testing.T) {
 	t.Parallel()
-	s := setupHanded(t, mediator.ProcessorConfig{Breakers: mediator.NewBreakers(1, time.Minute), ClaimAfter: time.Minute})
-	tg := statusTarget(t, 500)
-	first := s.createJob(t, tg.URL, nil)
-	second := s.createJob(t, tg.URL, nil)
-	if d := s.processHanded(t, first); d.Done {
-		t.Fatalf("first job: decision %+v; want a retry (and the breaker open)", d)
-	}
+	s, tg, second := behindAnOpenBreaker(t)
 
 	sealer, err := store.NewSealer(bytes.Repeat([]byte{7}, 32), nil) // no credentials here
 	if err != nil {
@@ -196,5 +198,61 @@ func TestADeferredClaimDoesNotGiveBackAnotherHoldersClaim(t *testing.T) {
 	}
 	if n := tg.hits.Load(); n != 1 {
 		t.Errorf("target received %d requests, want 1", n)
+	}
+}
+
+// A pointer from the queue is claimed in memory only on the message's
+// first receive and with the queued mark it was sent under: then no one can
+// have claimed the job through it. A later receive (the message came back:
+// someone had it), or a pointer sent under another mark (sent again since),
+// is claimed by statement.
+func TestAFirstReceiveOfThePointerSentIsClaimedInMemory(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{ClaimAfter: time.Minute})
+	var pending map[int64]bool
+	var mu sync.Mutex
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		id, _ := dispatch.ParseID(r.Header.Get("X-Dispatch-Job-Id"))
+		j, err := s.store.GetJob(r.Context(), id)
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		pending[id] = j.Status == dispatch.StatusPending // nothing written yet: claimed in memory
+		mu.Unlock()
+	})
+	pending = map[int64]bool{}
+	fromQueue := func(j dispatch.Job, first bool, mark time.Time) {
+		t.Helper()
+		ctx := t.Context()
+		if first {
+			ctx = handoff.WithFirstReceive(ctx)
+		}
+		ptr := dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool, SentMark: mark.UnixMicro()}
+		if d, err := s.proc.Process(ctx, ptr); err != nil || !d.Done {
+			t.Fatalf("Process: %+v, %v", d, err)
+		}
+	}
+	sent := s.createJob(t, tg.URL, nil)
+	again := s.createJob(t, tg.URL, nil)
+	resent := s.createJob(t, tg.URL, nil)
+	fromQueue(sent, true, *sent.QueuedAt)
+	fromQueue(again, false, *again.QueuedAt)
+	fromQueue(resent, true, resent.QueuedAt.Add(time.Second))
+	for _, c := range []struct {
+		j        dispatch.Job
+		inMemory bool
+		what     string
+	}{
+		{sent, true, "the first receive of the pointer as sent"},
+		{again, false, "a later receive"},
+		{resent, false, "a pointer sent under another mark"},
+	} {
+		if pending[c.j.ID] != c.inMemory {
+			t.Errorf("%s: claimed in memory %v, want %v", c.what, pending[c.j.ID], c.inMemory)
+		}
+		if got := s.job(t, c.j.ID); got.Status != dispatch.StatusCompleted || got.AttemptCount != 1 {
+			t.Errorf("%s: job %s attempt %d, want COMPLETED after attempt 1", c.what, got.Status, got.AttemptCount)
+		}
 	}
 }

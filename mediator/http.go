@@ -76,6 +76,9 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	if hd, ok := handoff.HandleFrom(ctx); ok {
 		req.Header.Set(handoff.Header, hd.EncodeHeader())
 	}
+	if handoff.FirstReceive(ctx) {
+		req.Header.Set(handoff.FirstReceiveHeader, "1")
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("mediate job %s: %w", ptr.ID, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/mediator"
 )
 
@@ -74,5 +75,34 @@ func TestHTTPMediateUnreachable(t *testing.T) {
 	var ra *dispatch.RetryAfter
 	if err == nil || errors.As(err, &ra) {
 		t.Errorf("Mediate to a closed endpoint = %v; want a plain error for the router's backoff", err)
+	}
+}
+
+// A processing request says when its message is the queue's first
+// receive of it, and carries an offered job's handle, so that the
+// processing endpoint can claim a job its store handed over in memory.
+func TestHTTPMediateSaysWhatProvesAFirstCopy(t *testing.T) {
+	tg := statusTarget(t, 200)
+	m := mediator.NewHTTP(tg.URL, "internal-token", 5*time.Second)
+	h := handoff.Handle{ID: 9, Mark: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)}
+	for _, c := range []struct {
+		ctx         context.Context
+		first, offr bool
+	}{
+		{context.Background(), false, false},
+		{handoff.WithFirstReceive(context.Background()), true, false},
+		{handoff.WithHandle(context.Background(), h), false, true},
+	} {
+		if err := m.Mediate(c.ctx, dispatch.Pointer{ID: "9"}); err != nil {
+			t.Fatal(err)
+		}
+		r := tg.next(t)
+		if got := r.header.Get(handoff.FirstReceiveHeader) == "1"; got != c.first {
+			t.Errorf("first receive said %v, want %v", got, c.first)
+		}
+		got, err := handoff.DecodeHeader(r.header.Get(handoff.Header))
+		if (err == nil) != c.offr || c.offr && (got.ID != h.ID || !got.Mark.Equal(h.Mark)) {
+			t.Errorf("offer handle %+v (%v), want it: %v", got, err, c.offr)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/tracing"
 )
 
@@ -121,8 +122,14 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	defer cancel()
 	now := p.now().UTC()
 	claimCtx, claimSpan := ctx, trace.Span(nil)
+	if _, handed := handoff.HandleFrom(ctx); !handed && ptr.SentMark != 0 && handoff.FirstReceive(ctx) {
+		// The queue's first receive of the pointer sent under this mark:
+		// as good a proof as a handle that no one claimed the job through
+		// it (store.ClaimJob), for the claim only (it is no offer).
+		claimCtx = handoff.WithHandle(ctx, handoff.Handle{ID: id, Mark: time.UnixMicro(ptr.SentMark).UTC()})
+	}
 	if p.tracer.Enabled() {
-		claimCtx, claimSpan = p.startClaim(ctx, ptr)
+		claimCtx, claimSpan = p.startClaim(claimCtx, ptr)
 	}
 	c, err := p.store.ClaimJob(claimCtx, id, now, p.lease())
 	if claimSpan != nil {

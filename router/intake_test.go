@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -212,5 +214,44 @@ func TestRouterAsksOnlyForPoolsAJobCanName(t *testing.T) {
 	defer o.mu.Unlock()
 	if o.pools[long] != 0 {
 		t.Errorf("requests named the pool %q, which no job can name", long)
+	}
+}
+
+// A message mediated as the queue hands it out for the first time carries
+// that (handoff.FirstReceive); once it comes back (its first mediation
+// answered "retry"), it no longer does: someone has had it.
+func TestRouterSaysWhichReceiveIsAMessagesFirst(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second).Open(t)
+	firsts := make(chan bool, 2)
+	r, err := router.New(q, mediatorFunc(func(ctx context.Context, ptr dispatch.Pointer) error {
+		first := handoff.FirstReceive(ctx)
+		firsts <- first
+		if first {
+			return &dispatch.RetryAfter{Delay: time.Second}
+		}
+		return nil
+	}), router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	ptr, _ := json.Marshal(dispatch.Pointer{ID: "301", PoolCode: dispatch.DefaultPool, MessageGroupID: "301"})
+	if _, err := q.SendBatch(t.Context(), []queue.Entry{{Body: string(ptr), GroupID: "301", DeduplicationID: "301"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		select {
+		case got := <-firsts:
+			if got != want {
+				t.Errorf("mediation %d: first receive %v, want %v", i+1, got, want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("mediation %d never came", i+1)
+		}
 	}
 }

@@ -577,6 +577,9 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 		if m.local != nil && m.local.handle != nil {
 			mctx = handoff.WithHandle(mctx, *m.local.handle)
 		}
+		if m.local == nil && m.ReceiveCount == 1 {
+			mctx = handoff.WithFirstReceive(mctx)
+		}
 		err := r.med.Mediate(mctx, m.ptr)
 		if m.local != nil {
 			m.local.done()

@@ -26,9 +26,11 @@ import (
 // A job this store handed over a moment ago is claimed in memory
 // (Claim.Deferred; see fresh.go) when ctx carries the handle it was handed
 // with (handoff.WithHandle): the proof that this pointer is the copy this
-// store handed over, which nothing can have claimed before it. A pointer
-// from the queue has no such proof: another replica may have received a
-// copy and claimed the job already, so it is claimed by statement.
+// store handed over, which nothing can have claimed before it. (The
+// processor makes one of a queue message's first receive with the mark it
+// was sent under.) Any other pointer from the queue has no such proof:
+// another replica may have received it and claimed the job already, so it
+// is claimed by statement.
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
 	h, handed := handoff.HandleFrom(ctx)
 	if j, ok := s.fresh.claim(id, handed && h.ID == id, h.Mark, h.Gen, now, lease); ok {

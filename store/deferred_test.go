@@ -204,14 +204,21 @@ func TestCancelAndDeferredClaims(t *testing.T) {
 	claim(t, st, j.ID, now(), dispatch.ClaimTerminal)
 }
 
-// A record that finds the job taken meanwhile (through another copy of its
-// pointer, on another replica that did not know it) keeps the attempt and
-// leaves the job to its holder.
-func TestDeferredRecordLeavesAJobFinishedElsewhere(t *testing.T) {
-	t.Parallel()
+// twoReplicas is a store that hands its new jobs over and another over
+// the same database that did not make them.
+func twoReplicas(t *testing.T) (st, other *store.Store) {
+	t.Helper()
 	st, pool := setup(t)
 	st.HandOffTo(stuckHandoff{})
-	other := storeOver(t, pool, newSealer(t, nil, nil))
+	return st, storeOver(t, pool, newSealer(t, nil, nil))
+}
+
+// A record that finds the job taken meanwhile (through another copy of its
+// pointer, on another replica that did not know it) leaves the job, and
+// the attempt, to their holder.
+func TestDeferredRecordLeavesAJobFinishedElsewhere(t *testing.T) {
+	t.Parallel()
+	st, other := twoReplicas(t)
 	c := deferred(t, st)
 	errorJob(t, other, c.Job.ID, now())
 	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted, ClaimDeferred: true}, false)
@@ -228,9 +235,7 @@ func TestDeferredRecordLeavesAJobFinishedElsewhere(t *testing.T) {
 // state the job was created in.
 func TestAPointerFromTheQueueIsNotClaimedInMemory(t *testing.T) {
 	t.Parallel()
-	st, pool := setup(t)
-	st.HandOffTo(stuckHandoff{})
-	other := storeOver(t, pool, newSealer(t, nil, nil))
+	st, other := twoReplicas(t)
 	j := createJob(t, st)
 
 	first := claim(t, other, j.ID, now(), dispatch.Claimed)
@@ -251,9 +256,7 @@ func TestAPointerFromTheQueueIsNotClaimedInMemory(t *testing.T) {
 // recorded it: only a takeover's TIMEOUT placeholder gives way.
 func TestALateRecordDoesNotOverwriteAnotherHoldersAttempt(t *testing.T) {
 	t.Parallel()
-	st, pool := setup(t)
-	st.HandOffTo(stuckHandoff{})
-	other := storeOver(t, pool, newSealer(t, nil, nil))
+	st, other := twoReplicas(t)
 	c := deferred(t, st)
 	// Another copy of the pointer, on a replica that did not know the job.
 	held := claim(t, other, c.Job.ID, now(), dispatch.Claimed)

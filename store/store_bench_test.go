@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/store"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -222,7 +223,8 @@ func bytesPerDelivery(b *testing.B, deferred bool) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		c, err := st.ClaimJob(ctx, j.ID, t0, lease)
+		// The pointer as the store handed it over (in process): claimed in memory.
+		c, err := st.ClaimJob(handoff.WithHandle(ctx, handoff.Handle{ID: j.ID, Mark: *j.QueuedAt}), j.ID, t0, lease)
 		if err != nil || c.State != dispatch.Claimed || !c.Deferred {
 			b.Fatalf("ClaimJob: state %v, deferred %v, err %v", c.State, c.Deferred, err)
 		}

@@ -648,10 +648,14 @@ func (p *Publisher) pointer(u dispatch.Unsent) dispatch.Pointer {
 	if pool == "" {
 		pool = p.cfg.PoolCode
 	}
-	return dispatch.Pointer{
+	ptr := dispatch.Pointer{
 		ID: dispatch.FormatID(u.ID), PoolCode: pool, MediationType: "HTTP",
 		MediationTarget: p.cfg.ProcessURL, MessageGroupID: u.MessageGroupID(), Sequence: u.Seq,
 	}
+	if !u.Mark.IsZero() {
+		ptr.SentMark = u.Mark.UnixMicro()
+	}
+	return ptr
 }
 
 // sleepCtx waits d, or until ctx is done.
