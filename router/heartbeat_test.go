@@ -85,15 +85,7 @@ func TestHungHeartbeatDoesNotStopWorkers(t *testing.T) {
 		}
 		return nil
 	}}
-	r, err := router.New(rq, med, router.Config{
-		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
-		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, r)
+	runOneWorker(t, rq, med)
 	t.Cleanup(func() { close(proxy.stop) }) // runs first: unblock the hung call
 
 	b := &bundle{rq: rq}

@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/router"
-	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
 
@@ -224,26 +222,15 @@ func TestRouterSaysWhichReceiveIsAMessagesFirst(t *testing.T) {
 	t.Parallel()
 	q := sqstest.New(t, 30*time.Second).Open(t)
 	firsts := make(chan bool, 2)
-	r, err := router.New(q, mediatorFunc(func(ctx context.Context, ptr dispatch.Pointer) error {
+	runOneWorker(t, q, mediatorFunc(func(ctx context.Context, ptr dispatch.Pointer) error {
 		first := handoff.FirstReceive(ctx)
 		firsts <- first
 		if first {
 			return &dispatch.RetryAfter{Delay: time.Second}
 		}
 		return nil
-	}), router.Config{
-		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
-		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, r)
-	ptr, _ := json.Marshal(dispatch.Pointer{ID: "301", PoolCode: dispatch.DefaultPool, MessageGroupID: "301"})
-	if _, err := q.SendBatch(t.Context(), []queue.Entry{{Body: string(ptr), GroupID: "301", DeduplicationID: "301"}}); err != nil {
-		t.Fatal(err)
-	}
+	}))
+	(&bundle{rq: q}).send(t, "301", 301)
 	for i, want := range []bool{true, false} {
 		select {
 		case got := <-firsts:

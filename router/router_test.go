@@ -90,6 +90,21 @@ func setupOn(t *testing.T, q sqstest.Queue, rq *queue.Queue, concurrency int, fn
 	return b
 }
 
+// runOneWorker runs, until the test ends, a router with one pool of one
+// worker over rq.
+func runOneWorker(t *testing.T, rq *queue.Queue, med router.Mediator) {
+	t.Helper()
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+}
+
 // runUntilCleanup runs r until the test ends, and fails the test should r
 // not stop within 20 s of it.
 func runUntilCleanup(t *testing.T, r *router.Router) {
