@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -299,12 +300,49 @@ func MaskDatabaseURL(raw string) string {
 		}
 		return strings.ReplaceAll(u.String(), "%2A%2A%2A%2A", "****")
 	}
-	if i := strings.Index(raw, "://"); i >= 0 {
-		if at := strings.LastIndex(raw, "@"); at > i+3 {
-			if c := strings.IndexByte(raw[i+3:at], ':'); c >= 0 {
-				raw = raw[:i+3+c] + ":****" + raw[at:]
-			}
-		}
+	if pw, ok := urlPassword(raw); ok {
+		raw = strings.Replace(raw, ":"+pw+"@", ":****@", 1)
 	}
 	return keywordPassword.ReplaceAllString(raw, "${1}****")
+}
+
+// urlPassword is the password in a URL's user information (scheme://
+// user:password@…), found without Go's URL parser: everything between the
+// user name's ':' and the last '@'.
+func urlPassword(raw string) (string, bool) {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return "", false
+	}
+	at := strings.LastIndex(raw, "@")
+	if at <= i+3 {
+		return "", false
+	}
+	c := strings.IndexByte(raw[i+3:at], ':')
+	if c < 0 {
+		return "", false
+	}
+	return raw[i+3+c+1 : at], true
+}
+
+// passwordParam is a password parameter's value, in a URL's query or a
+// keyword/value string.
+var passwordParam = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+
+// Passwords is every password the connection string or URL raw may carry,
+// for scrubbing them from text that may quote it (a driver's error): its
+// user information's, as written and unescaped, and each password
+// parameter's, with and without quotes.
+func Passwords(raw string) []string {
+	var out []string
+	if pw, ok := urlPassword(raw); ok {
+		out = append(out, pw)
+		if u, err := url.PathUnescape(pw); err == nil && u != pw {
+			out = append(out, u)
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(raw, -1) {
+		out = append(out, m[1], strings.Trim(m[1], "'"))
+	}
+	return slices.DeleteFunc(out, func(p string) bool { return strings.Trim(p, "'") == "" })
 }

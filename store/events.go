@@ -129,9 +129,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		}
 		if slices.ContainsFunc(fan.groups, func(g *string) bool { return g != nil }) {
 			// The groups' places follow commit order (see insertJobsFrom).
-			if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(`+groupLockSpace+`, hashtext(group_id)))
-				FROM (SELECT DISTINCT group_id FROM unnest($1::text[]) AS t(group_id) WHERE group_id IS NOT NULL ORDER BY group_id) groups`,
-				fan.groups); err != nil {
+			if _, err := tx.Exec(ctx, lockGroups("unnest($1::text[]) AS t(group_id)"), fan.groups); err != nil {
 				return err
 			}
 		}

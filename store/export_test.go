@@ -88,3 +88,6 @@ func StartHistoryAt(ctx context.Context, s *Store, t time.Time, interval time.Du
 
 // FilterWhere is the search's WHERE clause for f, for EXPLAIN.
 var FilterWhere = filterWhere
+
+// GroupLockSpace is the first key of the groups' advisory locks.
+const GroupLockSpace = groupLockSpace

@@ -456,9 +456,9 @@ var (
 // create that drew a later place and committed first could have its job
 // delivered, and fail, while the earlier one, committed later, went ahead
 // of its retry. So the statement first takes a transaction lock on each of
-// its groups (groupLocks), in order, and creates of one group are written
+// its groups (lockGroups), in order, and creates of one group are written
 // one after another.
-const insertJobsFrom = `
+var insertJobsFrom = `
 		WITH i AS (
 			SELECT * FROM %s
 			AS i(id, external_id, source, type, group_id, target_url, protocol, headers, payload,
@@ -466,7 +466,7 @@ const insertJobsFrom = `
 				idempotency_key, metadata, replay_of, next_attempt_at, event_id, subscription_id, trace_context,
 				queue_url, pool_code)
 		), g AS (
-			` + groupLocks + `
+			` + lockGroups("i") + `
 		), k AS (
 			INSERT INTO dispatch_job_key (idempotency_key, job_id)
 			SELECT idempotency_key, id FROM i WHERE idempotency_key IS NOT NULL
@@ -493,11 +493,14 @@ const insertJobsFrom = `
 		)
 		SELECT id, queued_at, seq FROM j`
 
-// groupLocks takes the transaction lock of each group of i's jobs, in the
-// groups' order (so two statements cannot wait on each other), and counts
-// them; the insert waits for that count before it draws its places.
-const groupLocks = `SELECT count(pg_advisory_xact_lock(` + groupLockSpace + `, hashtext(group_id))) AS n
-			FROM (SELECT DISTINCT group_id FROM i WHERE group_id IS NOT NULL ORDER BY group_id) groups`
+// lockGroups is a query that takes the transaction lock of each group_id
+// of the rows of from, in the groups' order (so two statements cannot wait
+// on each other), and counts them (n); an insert of jobs waits for it
+// before it draws their places.
+func lockGroups(from string) string {
+	return `SELECT count(pg_advisory_xact_lock(` + groupLockSpace + `, hashtext(group_id))) AS n
+			FROM (SELECT DISTINCT group_id FROM ` + from + ` WHERE group_id IS NOT NULL ORDER BY group_id) groups`
+}
 
 // groupLockSpace is the first key of the groups' advisory locks ("grup").
 const groupLockSpace = "1735554416"

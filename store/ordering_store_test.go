@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
 )
 
 // Creates of one group are written one after another: a create waits for
@@ -21,7 +22,7 @@ func TestCreatesOfOneGroupCommitInTheirOrder(t *testing.T) {
 	}
 	defer tx.Rollback(t.Context())
 	// A create of group g in flight, holding the group's lock.
-	if _, err := tx.Exec(t.Context(), `SELECT pg_advisory_xact_lock(1735554416, hashtext('g'))`); err != nil {
+	if _, err := tx.Exec(t.Context(), `SELECT pg_advisory_xact_lock(`+store.GroupLockSpace+`, hashtext('g'))`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -38,7 +39,7 @@ func TestCreatesOfOneGroupCommitInTheirOrder(t *testing.T) {
 	for {
 		var waiting int
 		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = 1735554416 AND NOT granted`).Scan(&waiting); err != nil {
+			WHERE locktype = 'advisory' AND classid = `+store.GroupLockSpace+` AND NOT granted`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {

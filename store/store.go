@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	neturl "net/url"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +27,7 @@ import (
 	"github.com/patrickmn/go-cache"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/config"
 )
 
 //go:embed migrations/*.sql
@@ -366,37 +365,11 @@ func parseError(raw string, err error) error {
 			reason = reason[i+3:]
 		}
 	}
-	for _, p := range passwordsIn(raw) {
+	for _, p := range config.Passwords(raw) {
 		reason = strings.ReplaceAll(reason, p, "****")
 	}
 	return errors.New("invalid database URL: " + reason)
 }
-
-// passwordsIn is every password the connection string raw may carry: in a
-// URL's user information, as written and unescaped, and as a password
-// parameter.
-func passwordsIn(raw string) []string {
-	var out []string
-	if i := strings.Index(raw, "://"); i >= 0 {
-		if at := strings.LastIndex(raw, "@"); at > i+3 {
-			if c := strings.IndexByte(raw[i+3:at], ':'); c >= 0 {
-				p := raw[i+3+c+1 : at]
-				out = append(out, p)
-				if u, err := neturl.PathUnescape(p); err == nil && u != p {
-					out = append(out, u)
-				}
-			}
-		}
-	}
-	for _, m := range passwordParam.FindAllStringSubmatch(raw, -1) {
-		out = append(out, m[1], strings.Trim(m[1], "'"))
-	}
-	return slices.DeleteFunc(out, func(p string) bool { return p == "" || p == "'" || p == "''" })
-}
-
-// passwordParam is a password parameter's value, in a URL's query or a
-// keyword/value string.
-var passwordParam = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]+)`)
 
 func redactErr(err error) error {
 	var pgErr *pgconn.ConnectError
