@@ -21,6 +21,7 @@ import (
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/api"
+	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/store"
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
@@ -955,6 +956,59 @@ func TestProcess(t *testing.T) {
 	f.do(t, "POST", "/api/dispatch/process", `{"poolCode":"DISPATCH-POOL"}`).errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
 	if len(seen) != 0 {
 		t.Errorf("the processor was called for a pointer without an id")
+	}
+}
+
+// The router says on a processing request what proves the pointer is the
+// first copy of its job (an offer's handle, or a queue message's first
+// receive); the endpoint passes exactly that on to the processor, which
+// claims such a job without a statement. A proof the endpoint cannot read,
+// or one for another job, is not passed on.
+func TestProcessPassesOnWhatProvesAFirstCopy(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		first  bool
+		handle *handoff.Handle
+	}
+	got := make(chan seen, 1)
+	f := setup(t, withProcessor(func(ctx context.Context, _ dispatch.Pointer) (dispatch.Decision, error) {
+		s := seen{first: handoff.FirstReceive(ctx)}
+		if h, ok := handoff.HandleFrom(ctx); ok {
+			s.handle = &h
+		}
+		got <- s
+		return dispatch.Decision{Done: true, JobStatus: dispatch.StatusCompleted}, nil
+	}))
+	mark := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	offer := handoff.Handle{ID: 42, Gen: 1, Mark: mark}
+	header := func(k, v string) reqOption { return func(r *http.Request) { r.Header.Set(k, v) } }
+	for _, c := range []struct {
+		name       string
+		opts       []reqOption
+		first      bool
+		withHandle bool
+	}{
+		{"nothing", nil, false, false},
+		{"a first receive", []reqOption{header(handoff.FirstReceiveHeader, "1")}, true, false},
+		{"a later receive", []reqOption{header(handoff.FirstReceiveHeader, "0")}, false, false},
+		{"an offer's handle", []reqOption{header(handoff.Header, offer.EncodeHeader())}, false, true},
+		{"another job's handle", []reqOption{header(handoff.Header, handoff.Handle{ID: 43, Mark: mark}.EncodeHeader())}, false, false},
+		{"an unreadable handle", []reqOption{header(handoff.Header, "not base64!")}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, _ := json.Marshal(dispatch.Pointer{ID: "42", PoolCode: dispatch.DefaultPool, SentMark: mark.UnixMicro()})
+			f.do(t, "POST", "/api/dispatch/process", string(b), c.opts...).want(t, http.StatusOK)
+			s := <-got
+			if s.first != c.first {
+				t.Errorf("first receive = %v, want %v", s.first, c.first)
+			}
+			switch {
+			case c.withHandle && (s.handle == nil || s.handle.ID != offer.ID || s.handle.Gen != offer.Gen || !s.handle.Mark.Equal(mark)):
+				t.Errorf("handle = %+v, want %+v", s.handle, offer)
+			case !c.withHandle && s.handle != nil:
+				t.Errorf("handle = %+v, want none", s.handle)
+			}
+		})
 	}
 }
 
