@@ -15,6 +15,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dispatchhq/dispatch"
 )
@@ -130,6 +131,20 @@ type History struct {
 // IN_PROGRESS: retrying, or scheduled far ahead) is kept until none is left;
 // its jobs keep their ids and their place in it.
 func (s *Store) MaintainHistory(ctx context.Context, now time.Time, h History) (HistoryReport, error) {
+	return s.upkeep(ctx, now, h, true)
+}
+
+// EnsurePartitions creates the partitions due by now plus ahead and does
+// nothing else: what a start, or an insert that found no partition, needs
+// before its create, without a pass's slower work (index builds, drops) in
+// the way, and leaving the record of the last pass as it was.
+func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval time.Duration) (HistoryReport, error) {
+	return s.upkeep(ctx, now, History{Interval: interval}, false)
+}
+
+// upkeep runs a pass (full: all of MaintainHistory; else the creates only)
+// under the history lock, on one connection.
+func (s *Store) upkeep(ctx context.Context, now time.Time, h History, full bool) (HistoryReport, error) {
 	var rep HistoryReport
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -147,7 +162,22 @@ func (s *Store) MaintainHistory(ctx context.Context, now time.Time, h History) (
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(historyLock))
 	}()
+	// The pool's statement timeout is for requests. The upkeep's statements
+	// wait by design: DETACH … CONCURRENTLY for every older snapshot (a
+	// pg_dump's, say), CREATE INDEX CONCURRENTLY over a whole partition.
+	// Cut short, they would fail on every pass, and retention with them.
+	restore, err := noStatementTimeout(ctx, conn)
+	if err != nil {
+		return rep, fmt.Errorf("store: history: %w", err)
+	}
+	defer restore()
 	rep.Created, err = ensurePartitions(ctx, conn.Conn(), now, h.Interval)
+	if !full {
+		if err != nil {
+			return rep, fmt.Errorf("store: history: %w", err)
+		}
+		return rep, nil
+	}
 	if err == nil {
 		_, err = ensureMetadataIndexes(ctx, conn.Conn())
 	}
@@ -173,6 +203,24 @@ func (s *Store) MaintainHistory(ctx context.Context, now time.Time, h History) (
 		return rep, fmt.Errorf("store: history: %w", err)
 	}
 	return rep, nil
+}
+
+// noStatementTimeout lifts conn's statement timeout; restore puts back the
+// one it had (or closes conn, which the pool then drops, if it cannot).
+func noStatementTimeout(ctx context.Context, conn *pgxpool.Conn) (restore func(), err error) {
+	var was string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&was); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `SET statement_timeout = 0`); err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if _, err := conn.Exec(ctx, `SELECT set_config('statement_timeout', $1, false)`, was); err != nil {
+			_ = conn.Conn().Close(ctx)
+		}
+	}, nil
 }
 
 // UpkeepEvery is how often partition upkeep runs for interval: often
@@ -203,6 +251,21 @@ func ensurePartitions(ctx context.Context, conn *pgx.Conn, now time.Time, interv
 				// The upkeep has not run for a while (the service was
 				// stopped): one partition covers the gap up to now's.
 				to = cur.Add(interval)
+			}
+			if parent != "dispatch_job" {
+				// The other tables take the jobs' bounds, which are made
+				// first: a job's attempts and payload are then in
+				// partitions within its own's range, and go with it, even
+				// when a pass stopped between the tables and the next one
+				// covers a gap.
+				var jobTo *time.Time
+				if err := conn.QueryRow(ctx, `SELECT min(to_time) FROM dispatch_partition WHERE parent = 'dispatch_job' AND hi > $1`,
+					hi).Scan(&jobTo); err != nil {
+					return created, err
+				}
+				if jobTo != nil {
+					to = *jobTo
+				}
 			}
 			lo, next := hi, IDAt(to)
 			name := fmt.Sprintf("%s_p%s", parent, from.Format("20060102t150405"))
@@ -266,7 +329,9 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 	for _, p := range jobParts {
 		var live bool
 		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED'))`,
-			pgx.Identifier{p.name}.Sanitize())).Scan(&live); err != nil {
+			pgx.Identifier{p.name}.Sanitize())).Scan(&live); err != nil && !undefinedTable(err) {
+			// (A table already gone is a drop that stopped before it
+			// forgot the partition: it is forgotten below.)
 			return dropped, held, err
 		}
 		if live {
@@ -283,41 +348,47 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 			SELECT ctid FROM dispatch_job_key WHERE job_id >= $1 AND job_id < $2 LIMIT 5000))`, lo, *p.hi); err != nil {
 			return dropped, held, err
 		}
-		// The jobs' attempts and payloads are partitioned by job id, on the
-		// same bounds (created in the same pass): their partitions within
-		// this one's range go with it.
-		rows, err := conn.Query(ctx, `SELECT parent, name FROM dispatch_partition
-			WHERE parent IN ('dispatch_attempt', 'dispatch_payload') AND hi <= $1 AND COALESCE(lo, $2) >= $2`, *p.hi, lo)
-		if err != nil {
-			return dropped, held, err
-		}
-		type withPart struct{ parent, name string }
-		with, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withPart, error) {
-			var x withPart
-			return x, r.Scan(&x.parent, &x.name)
-		})
-		if err != nil {
-			return dropped, held, err
-		}
-		for _, w := range with {
-			if err := dropPartition(ctx, conn, w.parent, w.name); err != nil {
-				return dropped, held, err
-			}
-			dropped++
-		}
 		if err := dropPartition(ctx, conn, "dispatch_job", p.name); err != nil {
 			return dropped, held, err
 		}
 		dropped++
 	}
+	// The jobs' attempts and payloads are partitioned by job id: a
+	// partition of them goes once no job partition its range overlaps is
+	// left (a legacy partition, from the beginning of time, once the
+	// legacy jobs have gone).
+	rows, err = conn.Query(ctx, `
+		SELECT d.parent, d.name FROM dispatch_partition d
+		WHERE d.parent IN ('dispatch_attempt', 'dispatch_payload') AND d.to_time <= $1
+			AND NOT EXISTS (SELECT 1 FROM dispatch_partition j WHERE j.parent = 'dispatch_job'
+				AND `+overlaps("j", "d")+`)
+		ORDER BY d.hi`, cutoff)
+	if err != nil {
+		return dropped, held, err
+	}
+	type withPart struct{ parent, name string }
+	with, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (withPart, error) {
+		var x withPart
+		return x, r.Scan(&x.parent, &x.name)
+	})
+	if err != nil {
+		return dropped, held, err
+	}
+	for _, w := range with {
+		if err := dropPartition(ctx, conn, w.parent, w.name); err != nil {
+			return dropped, held, err
+		}
+		dropped++
+	}
 	// Events: a partition goes once its time is past retention and no job
-	// partition that begins before its end is kept (an event's jobs are
-	// younger than the event, so they have gone too).
+	// partition of its time range is kept (an event's jobs are made with
+	// it). A job partition held for a live job holds only the events of its
+	// own time: older jobs cannot be an event's.
 	rows, err = conn.Query(ctx, `
 		SELECT e.name, e.lo, e.hi FROM dispatch_partition e
 		WHERE e.parent = 'dispatch_event' AND e.to_time <= $1
 			AND NOT EXISTS (SELECT 1 FROM dispatch_partition j WHERE j.parent = 'dispatch_job'
-				AND (j.lo IS NULL OR j.lo < e.hi))
+				AND `+overlaps("j", "e")+`)
 		ORDER BY e.hi`, cutoff)
 	if err != nil {
 		return dropped, held, err
@@ -346,6 +417,21 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 	return dropped, held, nil
 }
 
+// overlaps is SQL for whether the id ranges of dispatch_partition rows a
+// and b overlap; a legacy partition's range (no lo) begins at the
+// beginning of time.
+func overlaps(a, b string) string {
+	const first = "(-9223372036854775807 - 1)"
+	return "COALESCE(" + a + ".lo, " + first + ") < " + b + ".hi AND " + a + ".hi > COALESCE(" + b + ".lo, " + first + ")"
+}
+
+// undefinedTable reports whether err is PostgreSQL's "relation does not
+// exist".
+func undefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
 // deleteInChunks runs a chunked DELETE until it deletes nothing.
 func deleteInChunks(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
 	for {
@@ -371,11 +457,16 @@ func dropPartition(ctx context.Context, conn *pgx.Conn, parent, name string) err
 			return fmt.Errorf("detach %s: %w", name, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, ident)); err != nil {
-		return fmt.Errorf("drop %s: %w", name, err)
-	}
-	_, err := conn.Exec(ctx, `DELETE FROM dispatch_partition WHERE name = $1`, name)
-	return err
+	// Dropped and forgotten together: a partition forgotten but not
+	// dropped would be kept for ever, one dropped but not forgotten would
+	// be looked for.
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, ident)); err != nil {
+			return fmt.Errorf("drop %s: %w", name, err)
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM dispatch_partition WHERE name = $1`, name)
+		return err
+	})
 }
 
 // finishPendingDetaches completes a DETACH … CONCURRENTLY that was
@@ -515,7 +606,7 @@ func noPartition(err error) bool {
 // insert that found none.
 func (s *Store) makeRoom(ctx context.Context) error {
 	for range 50 {
-		rep, err := s.MaintainHistory(ctx, time.Now(), History{Interval: s.partitionInterval})
+		rep, err := s.EnsurePartitions(ctx, time.Now(), s.partitionInterval)
 		if err != nil || !rep.Skipped {
 			return err
 		}
@@ -529,18 +620,20 @@ func (s *Store) makeRoom(ctx context.Context) error {
 	return errors.New("store: partition upkeep is held by another replica")
 }
 
-// RunHistory keeps the partitions until ctx ends: MaintainHistory every
-// UpkeepEvery(h.Interval). Every replica runs it; one at a time does the
+// RunHistory keeps the partitions until ctx ends: MaintainHistory at once
+// and then every UpkeepEvery(h.Interval). Every replica runs it; one at a time does the
 // work.
 func (s *Store) RunHistory(ctx context.Context, h History, log *slog.Logger) error {
 	log = log.With("component", "history")
 	tick := time.NewTicker(UpkeepEvery(h.Interval))
 	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
 		}
 		rep, err := s.MaintainHistory(ctx, time.Now(), h)
 		switch {

@@ -368,7 +368,10 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		// The partitions of now and ahead exist before the first create.
-		if _, err := st.MaintainHistory(ctx, time.Now(), a.history()); err != nil {
+		// The rest of the upkeep (drops, index builds) runs beside the
+		// service (RunHistory): its failure is logged and shown, and stops
+		// no start.
+		if _, err := st.EnsurePartitions(ctx, time.Now(), a.history().Interval); err != nil {
 			return err
 		}
 	}

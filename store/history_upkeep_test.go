@@ -1,0 +1,200 @@
+package store_test
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+// pastRetention runs a full upkeep pass at t with five minutes' retention.
+func pastRetention(t *testing.T, st *store.Store, at time.Time) store.HistoryReport {
+	t.Helper()
+	rep, err := st.MaintainHistory(t.Context(), at, store.History{Interval: time.Minute, Retention: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("upkeep at %s: %v", at.Format(time.TimeOnly), err)
+	}
+	return rep
+}
+
+// expiredPartitions lists the partitions of parents whose time is past
+// cutoff.
+func expiredPartitions(t *testing.T, pool *pgxpool.Pool, cutoff time.Time, parents ...string) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT name FROM dispatch_partition WHERE parent = ANY ($1) AND to_time <= $2 ORDER BY name`, parents, cutoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// A live job in the legacy partition (an installation upgraded with jobs
+// scheduled ahead, or created in the hour after the upgrade) keeps its
+// payload and the room for its attempts while the partitions after it go.
+func TestALiveLegacyJobKeepsItsPayloadAndAttempts(t *testing.T) {
+	t.Parallel()
+	base, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	var bound time.Time // where the legacy partition ends: the first migration's time
+	if err := pool.QueryRow(t.Context(), `SELECT to_time FROM dispatch_legacy_bound`).Scan(&bound); err != nil {
+		t.Fatal(err)
+	}
+	before := secondStore(t, dbURL, store.Options{NewID: skewedIDs(1, bound.Add(-time.Minute).Sub(t0))})
+	live := createJob(t, before)
+	if p := partitionOf(t, pool, live.ID); p != "dispatch_job_legacy" {
+		t.Fatalf("the job went into %s, want the legacy partition", p)
+	}
+	next := createJob(t, base)
+	completeJob(t, base, next.ID, now())
+
+	pastRetention(t, base, t0.Add(20*time.Minute))
+	if _, err := base.GetJob(t.Context(), next.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
+		t.Fatalf("the finished job past retention: %v, want it gone", err)
+	}
+	if got := getJob(t, base, live.ID); got.Payload != live.Payload {
+		t.Errorf("the live legacy job's payload reads %q, want %q", got.Payload, live.Payload)
+	}
+	completeJob(t, base, live.ID, now())
+	if a := attempts(t, base, live.ID); len(a) != 1 {
+		t.Errorf("the live legacy job has %d attempts after its delivery, want 1", len(a))
+	}
+}
+
+// A drop that stopped after the partition's table was dropped, before it
+// was forgotten, does not stop later passes: the partition is forgotten.
+func TestAPartitionDroppedButNotForgottenIsForgotten(t *testing.T) {
+	t.Parallel()
+	base, pool, _ := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	done := createJob(t, base)
+	completeJob(t, base, done.ID, now())
+	gone := partitionOf(t, pool, done.ID)
+	if _, err := pool.Exec(t.Context(), `DROP TABLE `+pgx.Identifier{gone}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	pastRetention(t, base, t0.Add(20*time.Minute))
+	if got := expiredPartitions(t, pool, t0.Add(15*time.Minute), "dispatch_job"); len(got) != 0 {
+		t.Errorf("partitions past retention still known: %v", got)
+	}
+}
+
+// The upkeep's statements wait for what they must (here DETACH …
+// CONCURRENTLY for an older snapshot) whatever statement timeout the
+// service's connections have; the connection gets its timeout back.
+func TestUpkeepOutwaitsTheStatementTimeout(t *testing.T) {
+	t.Parallel()
+	_, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("statement_timeout", "500")
+	q.Set("pool_max_conns", "1") // the connection the upkeep ran on is the one asked after
+	u.RawQuery = q.Encode()
+	short, err := store.Connect(t.Context(), u.String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(short.Close)
+	sealer, _ := store.NewSealer(make([]byte, 32), nil)
+	st, err := store.New(short, store.Options{PartitionInterval: time.Minute, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	done := createJob(t, st)
+	completeJob(t, st, done.ID, now())
+
+	// A reader of the jobs, as a backup is, for 1.5 s.
+	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }) }
+	time.AfterFunc(1500*time.Millisecond, release)
+	t.Cleanup(release) // should the test end first
+
+	pastRetention(t, st, t0.Add(20*time.Minute))
+	if _, err := st.GetJob(t.Context(), done.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
+		t.Errorf("the finished job past retention: %v, want it gone", err)
+	}
+	var timeout string
+	if err := short.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "500ms" {
+		t.Errorf("the connection's statement timeout is %q after the upkeep (%v), want 500ms", timeout, err)
+	}
+}
+
+// A job partition held for its live job holds only the events of its own
+// time: later events past retention go.
+func TestAHeldPartitionHoldsOnlyTheEventsOfItsTime(t *testing.T) {
+	t.Parallel()
+	base, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	at4 := secondStore(t, dbURL, store.Options{NewID: skewedIDs(1, 4*time.Minute)})
+	at10 := secondStore(t, dbURL, store.Options{NewID: skewedIDs(2, 10*time.Minute)})
+	live := createJob(t, at4)
+	ev, _, err := at10.PublishEvent(t.Context(), &dispatch.Event{Source: "s", Type: "t", Data: `{}`}, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := pastRetention(t, base, t0.Add(30*time.Minute))
+	if len(rep.Held) != 1 || rep.Held[0] != partitionOf(t, pool, live.ID) {
+		t.Fatalf("held %v, want only the live job's partition", rep.Held)
+	}
+	if _, err := base.GetEvent(t.Context(), ev.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
+		t.Errorf("an event of a later time past retention: %v, want it gone", err)
+	}
+}
+
+// The attempts' and payloads' partitions go past retention even when a
+// pass stopped after the jobs' partitions were made and the service was
+// then down for a while: they follow the jobs' bounds.
+func TestPartitionsMadeAfterAStoppedPassStillGo(t *testing.T) {
+	t.Parallel()
+	base, pool, _ := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	// A pass that stopped after the jobs' last three partitions: the
+	// attempts' and payloads' are not there.
+	for _, parent := range []string{"dispatch_attempt", "dispatch_payload"} {
+		rows, err := pool.Query(t.Context(), `SELECT name FROM dispatch_partition WHERE parent = $1 ORDER BY hi DESC LIMIT 3`, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if _, err := pool.Exec(t.Context(), `DROP TABLE `+pgx.Identifier{n}.Sanitize()+`; DELETE FROM dispatch_partition WHERE name = '`+strings.ReplaceAll(n, "'", "")+`'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// An hour later the service is back; twenty minutes on, everything
+	// of then is past retention.
+	if _, err := base.MaintainHistory(t.Context(), t0.Add(time.Hour), store.History{Interval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	pastRetention(t, base, t0.Add(80*time.Minute))
+	if got := expiredPartitions(t, pool, t0.Add(75*time.Minute), "dispatch_job", "dispatch_attempt", "dispatch_payload"); len(got) != 0 {
+		t.Errorf("partitions past retention kept: %v", got)
+	}
+}
