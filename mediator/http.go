@@ -87,8 +87,13 @@ func (h *HTTP) Mediate(ctx context.Context, ptr dispatch.Pointer) (err error) {
 	var pr dispatch.ProcessAnswer
 	_ = jsonv2.UnmarshalRead(io.LimitReader(resp.Body, 64<<10), &pr)
 	switch {
-	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusOK && pr.Status == "done":
 		return nil
+	case resp.StatusCode == http.StatusOK:
+		// Not the processing endpoint's answer (a proxy or an ingress
+		// answering any POST): the outcome is not known to be recorded, so
+		// the message must not be deleted.
+		return fmt.Errorf("mediate job %s: the processing endpoint's URL answered 200 without a processing answer; check DISPATCH_PROCESS_URL", ptr.ID)
 	case resp.StatusCode == http.StatusBadRequest && pr.RetryAfterSeconds != nil:
 		return &dispatch.RetryAfter{Delay: time.Duration(*pr.RetryAfterSeconds) * time.Second, Reason: pr.Reason, GivenBack: pr.GivenBack}
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,13 @@ func TestHTTPMediate(t *testing.T) {
 		body  string
 		check func(error) bool
 	}{
-		{"200 is done", 200, `{"status":"ok","jobStatus":"COMPLETED"}`, func(err error) bool { return err == nil }},
+		{"200 with the processing answer is done", 200, `{"status":"done","jobStatus":"COMPLETED"}`, func(err error) bool { return err == nil }},
+		// Something else at the URL (a gateway answering any POST): the
+		// outcome is not known to be recorded, so the message is kept.
+		{"200 without a processing answer", 200, `ok`, func(err error) bool {
+			var ra *dispatch.RetryAfter
+			return err != nil && !errors.As(err, &ra) && strings.Contains(err.Error(), "DISPATCH_PROCESS_URL")
+		}},
 		{"400 with retryAfterSeconds", 400, `{"status":"retry","retryAfterSeconds":42,"reason":"HTTP 500"}`, func(err error) bool {
 			var ra *dispatch.RetryAfter
 			return errors.As(err, &ra) && ra.Delay == 42*time.Second && ra.Reason == "HTTP 500"
@@ -82,7 +89,7 @@ func TestHTTPMediateUnreachable(t *testing.T) {
 // receive of it, and carries an offered job's handle, so that the
 // processing endpoint can claim a job its store handed over in memory.
 func TestHTTPMediateSaysWhatProvesAFirstCopy(t *testing.T) {
-	tg := statusTarget(t, 200)
+	tg := newTarget(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"done"}`) })
 	m := mediator.NewHTTP(tg.URL, "internal-token", 5*time.Second)
 	h := handoff.Handle{ID: 9, Mark: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)}
 	for _, c := range []struct {

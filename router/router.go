@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,7 @@ type Router struct {
 	holds     map[string]hold      // groups waiting for a failed message to come back
 	warned    map[string]bool      // unknown pool codes already logged
 	stopping  bool
+	stopped   chan struct{} // closed as stopping is set
 	warnings  warnings
 	reserved  int           // messages asked for by receives under way
 	loops     int           // receive loops, of all queues
@@ -231,7 +233,7 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 	r := &Router{
 		med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
 		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, groupPool: map[string]*Pool{},
-		holds: map[string]hold{}, warned: map[string]bool{},
+		holds: map[string]hold{}, warned: map[string]bool{}, stopped: make(chan struct{}),
 	}
 	for _, sc := range srcs {
 		if sc.Connections <= 0 {
@@ -303,6 +305,7 @@ func (r *Router) Run(ctx context.Context) error {
 	// Phase 1: no more receiving; give back what has not started.
 	r.mu.Lock()
 	r.stopping = true
+	close(r.stopped)
 	var unstarted []*message
 	for _, p := range r.order {
 		unstarted = append(unstarted, p.drain()...)
@@ -529,12 +532,36 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 			return m
 		}
 	}
+	if r.groups[group] == 0 && p.groups >= r.poolRoom(p) {
+		// The pool holds all the groups it can start soon. The message goes
+		// back for a moment, and its group's later ones with it, so that
+		// the queue's messages for the other pools are still received: a
+		// slow pool does not hold up the rest.
+		p.full.Add(1)
+		r.holdGroup(m, poolFullDelay+rand.N(poolFullDelay))
+		return m
+	}
 	if r.cfg.Tracer.Enabled() {
 		m.traced = r.startReceive(s, qm, ptr, p)
 	}
 	r.hold(m)
 	p.add(m)
 	return nil
+}
+
+// poolFullDelay is about how long a message for a full pool is given back
+// for (one to two times it, spread).
+const poolFullDelay = time.Second
+
+// poolRoom is how many groups p may hold: its concurrency and its share of
+// the buffer, in proportion to its concurrency (lock held). Each pool so
+// keeps room of its own; one pool alone has the whole buffer.
+func (r *Router) poolRoom(p *Pool) int {
+	all := r.maxHeld - r.cfg.Buffer // the pools' concurrency together
+	if all <= 0 {
+		return p.concurrency + r.cfg.Buffer
+	}
+	return p.concurrency + (r.cfg.Buffer*p.concurrency+all-1)/all
 }
 
 // startWorkers starts the workers p lacks (lock held; none before Run or
@@ -567,7 +594,17 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			return
 		}
 		r.mu.Unlock()
-		p.waitTurn(ctx)
+		if !p.waitTurn(ctx, r.stopped) || r.isStopping() {
+			// The stop began while it waited for its turn (or just
+			// before): not started, so given back at once, as the
+			// buffered messages were.
+			r.mu.Lock()
+			p.finish(m)
+			r.unhold(m)
+			r.mu.Unlock()
+			r.release([]*message{m}, 0)
+			continue
+		}
 		start := time.Now()
 		mctx := ctx
 		if m.traced != nil {
@@ -632,6 +669,24 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 	}
 }
 
+// visibilityLeft is d, or less if SQS would refuse it: a message's
+// visibility ends at most 12 hours after it was received (a change that
+// asks for more is refused, not cut short), with a minute's margin for the
+// receive's own time.
+func (m *message) visibilityLeft(d time.Duration) time.Duration {
+	return max(min(d, dispatch.MaxVisibilityDelay-time.Since(m.received)-time.Minute), 0)
+}
+
+// isStopping reports whether the stop has begun.
+func (r *Router) isStopping() bool {
+	select {
+	case <-r.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // holdGroup records that m's group waits for m until it is due back
 // (lock held). An existing hold for an earlier job stays in charge.
 func (r *Router) holdGroup(m *message, delay time.Duration) {
@@ -683,7 +738,7 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 			m.deferred = &deferredRelease{delay: delay, at: time.Now()}
 			continue
 		}
-		changes[m.src] = append(changes[m.src], queue.Visibility{Receipt: m.Receipt, Timeout: delay.Round(time.Second)})
+		changes[m.src] = append(changes[m.src], queue.Visibility{Receipt: m.Receipt, Timeout: m.visibilityLeft(delay).Round(time.Second)})
 	}
 	r.mu.Unlock()
 	for s, c := range changes {
@@ -714,7 +769,9 @@ func (r *Router) changeVisibility(s *source, changes []queue.Visibility, warning
 // hold and unhold track a buffered or in-flight message (lock held).
 func (r *Router) hold(m *message) {
 	r.held[heldKey{m.src, m.ID}] = m
-	r.groups[m.group]++
+	if r.groups[m.group]++; r.groups[m.group] == 1 {
+		m.pool.groups++
+	}
 	r.groupPool[m.group] = m.pool
 }
 
@@ -725,6 +782,9 @@ func (r *Router) unhold(m *message) {
 	}
 	delete(r.held, k)
 	if r.groups[m.group]--; r.groups[m.group] <= 0 {
+		if p := r.groupPool[m.group]; p != nil {
+			p.groups--
+		}
 		delete(r.groups, m.group)
 		delete(r.groupPool, m.group)
 	}
@@ -819,7 +879,7 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 			m.extending = false
 			if d := m.deferred; d != nil {
 				m.deferred = nil
-				left := max(d.delay-now.Sub(d.at), 0).Round(time.Second)
+				left := m.visibilityLeft(max(d.delay-now.Sub(d.at), 0)).Round(time.Second)
 				byDelay[left] = append(byDelay[left], queue.Visibility{Receipt: m.Receipt, Timeout: left})
 			}
 		}
@@ -858,9 +918,11 @@ type Pool struct {
 	ready    []string              // groups with buffered messages and none in flight
 	buffered int
 	inFlight int
+	groups   int // groups with a message held in this pool (lock held)
 	promised int // room the router's requests for new jobs have asked the API for (intake)
 
 	succeeded, failed, retried, rateLimited atomic.Int64
+	full                                    atomic.Int64 // messages given back because the pool was full
 	mediations, mediationNanos              atomic.Int64
 }
 
@@ -891,20 +953,21 @@ func (p *Pool) rate() int {
 }
 
 // waitTurn waits until the pool's rate limit lets a mediation start (not
-// at all when it has none), or ctx ends.
-func (p *Pool) waitTurn(ctx context.Context) {
+// at all when it has none): true; false when ctx ends or the router
+// begins to stop first.
+func (p *Pool) waitTurn(ctx context.Context, stopped <-chan struct{}) bool {
 	counted := false
 	for {
 		p.limMu.Lock()
 		lim, changed := p.limiter, p.rateChanged
 		p.limMu.Unlock()
 		if lim == nil {
-			return
+			return true
 		}
 		res := lim.Reserve()
 		d := res.Delay()
 		if d == 0 {
-			return
+			return true
 		}
 		if !counted {
 			p.rateLimited.Add(1)
@@ -913,14 +976,18 @@ func (p *Pool) waitTurn(ctx context.Context) {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-			return
+			return true
 		case <-changed:
 			t.Stop()
 			res.Cancel()
 		case <-ctx.Done():
 			t.Stop()
 			res.Cancel()
-			return
+			return false
+		case <-stopped:
+			t.Stop()
+			res.Cancel()
+			return false
 		}
 	}
 }
@@ -1060,14 +1127,18 @@ type PoolStats struct {
 	Concurrency int    `json:"concurrency"`
 	// Draining: removed from the configuration, it finishes what it holds
 	// and then goes.
-	Draining           bool    `json:"draining,omitempty"`
-	RatePerMinute      int     `json:"rateLimitPerMinute,omitempty"`
-	InFlight           int     `json:"inFlight"`
-	Buffered           int     `json:"buffered"`
-	Succeeded          int64   `json:"succeeded"`
-	Retried            int64   `json:"retried"`
-	Failed             int64   `json:"failed"`
-	RateLimited        int64   `json:"rateLimited"`
+	Draining      bool  `json:"draining,omitempty"`
+	RatePerMinute int   `json:"rateLimitPerMinute,omitempty"`
+	InFlight      int   `json:"inFlight"`
+	Buffered      int   `json:"buffered"`
+	Succeeded     int64 `json:"succeeded"`
+	Retried       int64 `json:"retried"`
+	Failed        int64 `json:"failed"`
+	RateLimited   int64 `json:"rateLimited"`
+	// PoolFull counts the messages received while the pool held all the
+	// groups it may (its concurrency and its share of the buffer), given
+	// back for a second or two.
+	PoolFull           int64   `json:"poolFull"`
 	AvgMediationMillis float64 `json:"avgMediationMillis"`
 }
 
@@ -1079,7 +1150,7 @@ func (r *Router) Stats() []PoolStats {
 	for _, p := range r.order {
 		s := PoolStats{Code: p.code, Concurrency: p.concurrency, Draining: p.draining, InFlight: p.inFlight, Buffered: p.buffered,
 			Succeeded: p.succeeded.Load(), Retried: p.retried.Load(), Failed: p.failed.Load(), RateLimited: p.rateLimited.Load(),
-			RatePerMinute: p.rate()}
+			PoolFull: p.full.Load(), RatePerMinute: p.rate()}
 		if n := p.mediations.Load(); n > 0 {
 			s.AvgMediationMillis = float64(p.mediationNanos.Load()) / float64(n) / 1e6
 		}

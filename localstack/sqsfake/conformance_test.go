@@ -361,6 +361,33 @@ func TestFIFOVisibilityChangeKeepsOrder(t *testing.T) {
 	}
 }
 
+// SQS: "the total visibility timeout of a message is 12 hours maximum",
+// counted from its receive; a change asking for more than is left is
+// refused ("Total VisibilityTimeout for the message is beyond the limit"),
+// not cut short. What is left is still granted.
+func TestVisibilityEndsWithin12HoursOfTheReceive(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.fifo(t, nil)
+	e.send(t, url, "g", "m1", "m1")
+	m := e.receive(t, url, 1, 1)
+	if len(m) != 1 {
+		t.Fatalf("received %d messages, want 1", len(m))
+	}
+	e.setVisibility(t, url, m[0], 7200) // still in flight an hour on
+	if e.clock != nil {
+		e.clock.Advance(time.Hour)
+	} else {
+		time.Sleep(2 * time.Second) // real time must pass against an external endpoint
+	}
+	_, err := e.api.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(url), ReceiptHandle: m[0].ReceiptHandle, VisibilityTimeout: 43200})
+	if code := errorCode(err); code != "InvalidParameterValue" {
+		t.Fatalf("a change to 12 h after part of it had passed: %v (code %q), want InvalidParameterValue", err, code)
+	}
+	e.setVisibility(t, url, m[0], 3600) // well within what is left
+}
+
 // SQS: a message not deleted within its visibility timeout is received
 // again, with a higher ApproximateReceiveCount and a new receipt handle.
 func TestVisibilityTimeoutRedelivers(t *testing.T) {

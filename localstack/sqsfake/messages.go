@@ -493,6 +493,11 @@ func (q *queue) changeVisibility(handle string, timeout *int, now time.Time) err
 		return &apiError{status: 400, code: "MessageNotInflight", query: "AWS.SimpleQueueService.MessageNotInflight;Sender",
 			message: "The message referred to isn't in flight."}
 	}
+	// As SQS: a message's visibility ends at most 12 hours after its
+	// receive; a change asking for more is refused, not cut short.
+	if now.Add(time.Duration(*timeout) * time.Second).After(m.received.Add(43200 * time.Second)) {
+		return invalid("Value %d for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]", *timeout)
+	}
 	q.release(m, time.Duration(*timeout)*time.Second, now)
 	return nil
 }

@@ -67,6 +67,7 @@ type message struct {
 	seq                     uint64
 	g                       *group
 	sent, firstReceive      time.Time
+	received                time.Time // this receive's time: its visibility ends at most 12 h after it
 	receives                int // also the generation of the receipt handle
 	delayedFor              time.Duration
 	visibleAt               time.Time
@@ -347,6 +348,7 @@ func (q *queue) take(max int, visibility time.Duration, now time.Time) []*messag
 			if m.receives == 1 {
 				m.firstReceive = now
 			}
+			m.received = now
 			m.version++
 			m.visibleAt = now.Add(visibility)
 			g.inflight++

@@ -1,0 +1,158 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/router"
+	"github.com/dispatchhq/dispatch/router/queue"
+	"github.com/dispatchhq/dispatch/router/sqstest"
+)
+
+// sendEach sends one ungrouped-style message per id (each its own group) for
+// pool.
+func sendEach(t *testing.T, rq *queue.Queue, pool string, ids ...int) {
+	t.Helper()
+	for chunk := range slices.Chunk(ids, 10) {
+		var entries []queue.Entry
+		for _, id := range chunk {
+			ptr, _ := json.Marshal(dispatch.Pointer{ID: strconv.Itoa(id), PoolCode: pool})
+			entries = append(entries, queue.Entry{Body: string(ptr), GroupID: strconv.Itoa(id), DeduplicationID: fmt.Sprint(id)})
+		}
+		if _, err := rq.SendBatch(context.Background(), entries); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A pool whose target is slow (but answers) does not stop the router from
+// receiving the other pools' messages: each pool holds at most its
+// concurrency and its share of the buffer.
+func TestASlowPoolDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := q.Open(t)
+	unblock := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+	var mu sync.Mutex
+	fast := map[string]bool{}
+	med := &fakeMediator{fn: func(ptr dispatch.Pointer, _ int) error {
+		if ptr.PoolCode == "SLOW" {
+			<-unblock
+			return nil
+		}
+		mu.Lock()
+		fast[ptr.ID] = true
+		mu.Unlock()
+		return nil
+	}}
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
+		DefaultPool: "FAST", Buffer: 2,
+		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	slow := make([]int, 20)
+	for i := range slow {
+		slow[i] = 1000 + i
+	}
+	sendEach(t, rq, "SLOW", slow...)
+	eventually(t, 10*time.Second, func() bool { return r.Stats()[0].InFlight == 1 }, "the slow pool busy")
+	sendEach(t, rq, "FAST", 1, 2, 3, 4, 5)
+	eventually(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(fast) == 5
+	}, "the fast pool's five messages mediated while the slow pool is busy")
+	if s := r.Stats()[0]; s.PoolFull == 0 {
+		t.Errorf("the slow pool's stats count no message given back for room: %+v", s)
+	}
+	once.Do(func() { close(unblock) })
+}
+
+// A stop gives back, unmediated, the messages whose pool's rate limit had
+// them wait for their turn: nothing new starts once the stop has begun.
+func TestAStopStartsNoMediationWaitingForItsRate(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := q.Open(t)
+	first := make(chan struct{})
+	var once sync.Once
+	med := &fakeMediator{fn: func(dispatch.Pointer, int) error {
+		once.Do(func() { close(first) })
+		return nil
+	}}
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 3, RatePerMinute: 6}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 30 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	sendEach(t, rq, dispatch.DefaultPool, 1, 2, 3)
+	<-first
+	// The other two wait for their turn (one each 10 s) in their workers.
+	eventually(t, 10*time.Second, func() bool { return r.Stats()[0].InFlight == 2 }, "two messages waiting for their turn")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stop waited for the rate limit")
+	}
+	if calls := med.seen(); len(calls) != 1 {
+		t.Errorf("mediated %v, want only the first: the others had not started when the stop began", calls)
+	}
+	// They are back on the queue at once.
+	var back []queue.Message
+	eventually(t, 5*time.Second, func() bool {
+		msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		back = append(back, msgs...)
+		return len(back) >= 2
+	}, "the two waiting messages given back")
+}
+
+// A retry due later than SQS lets a message stay invisible (12 hours from
+// its receive, of which some has passed) is released for what is left:
+// SQS refuses a change asking for more, and the message would come back
+// at its queue's visibility timeout, over and over.
+func TestAReleaseAsksNoMoreThanSQSAllows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, func(ptr dispatch.Pointer, call int) error {
+		time.Sleep(1100 * time.Millisecond) // part of the 12 hours passes in the mediation
+		return &dispatch.RetryAfter{Delay: 13 * time.Hour, Reason: "due in 13 h"}
+	})
+	b.send(t, "g", 1)
+	eventually(t, 10*time.Second, func() bool { return len(b.med.seen()) == 1 }, "mediated")
+	eventually(t, 10*time.Second, func() bool {
+		attrs, err := b.q.Attributes(context.Background())
+		return err == nil && attrs["ApproximateNumberOfMessagesNotVisible"] == "1" && b.router.Stats()[0].InFlight == 0
+	}, "released")
+	for _, w := range b.router.Warnings() {
+		if w.Type == router.WarnVisibilityChange {
+			t.Errorf("the release was refused: %s", w.Message)
+		}
+	}
+}
