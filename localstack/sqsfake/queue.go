@@ -68,7 +68,7 @@ type message struct {
 	g                       *group
 	sent, firstReceive      time.Time
 	received                time.Time // this receive's time: its visibility ends at most 12 h after it
-	receives                int // also the generation of the receipt handle
+	receives                int       // also the generation of the receipt handle
 	delayedFor              time.Duration
 	visibleAt               time.Time
 	version                 int // bumped by every visibility change, invalidates older wake entries
