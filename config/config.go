@@ -3,14 +3,17 @@
 package config
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -598,13 +601,31 @@ func (r *reader) routerFile() *routerFile {
 		return nil
 	}
 	var file routerFile
-	// YAML is a superset of JSON, so one decoder reads both.
-	if err := yaml.Unmarshal(data, &file); err != nil {
+	// YAML is a superset of JSON, so one decoder reads both. A key it does
+	// not know is a mistake (a misspelt visibilityTimeout would otherwise
+	// leave the queue's own in force, silently).
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, e := range te.Errors {
+				if unknownKey.MatchString(e) {
+					r.fail("DISPATCH_ROUTER_CONFIG", "%s", unknownKey.ReplaceAllString(e, "$1 is not a setting of the router file"))
+				} else {
+					r.fail("DISPATCH_ROUTER_CONFIG", "is not valid YAML/JSON: %s", e)
+				}
+			}
+			return nil
+		}
 		r.fail("DISPATCH_ROUTER_CONFIG", "is not valid YAML/JSON: %v", err)
 		return nil
 	}
 	return &file
 }
+
+// unknownKey matches yaml's error for a key the file's type lacks.
+var unknownKey = regexp.MustCompile(`(field \S+) not found in type config\.(?:routerFile|fileQueue|Pool)`)
 
 // queues reads the queues: the file's, or DISPATCH_QUEUES, or the one queue
 // of DISPATCH_QUEUE_URL or DISPATCH_QUEUE_NAME. Two of these at once is a
@@ -780,16 +801,21 @@ func (r *reader) pools(file *routerFile) []Pool {
 		}
 	}
 	seen := map[string]bool{}
-	for _, p := range pools {
+	for i, p := range pools {
+		// Every problem of a pool is named, not the first only.
+		what := "pool " + p.Code
 		switch {
 		case p.Code == "":
-			r.fail("DISPATCH_POOLS", "a pool has no code")
+			r.fail("DISPATCH_POOLS", "pool %d has no code", i+1)
+			what = fmt.Sprintf("pool %d", i+1)
 		case seen[p.Code]:
 			r.fail("DISPATCH_POOLS", "pool %s appears twice", p.Code)
-		case p.Concurrency < 1 || p.Concurrency > 1000:
-			r.fail("DISPATCH_POOLS", "pool %s concurrency must be 1 to 1000", p.Code)
-		case p.RateLimitPerMinute < 0:
-			r.fail("DISPATCH_POOLS", "pool %s rate per minute must be a positive number", p.Code)
+		}
+		if p.Concurrency < 1 || p.Concurrency > 1000 {
+			r.fail("DISPATCH_POOLS", "%s concurrency must be 1 to 1000", what)
+		}
+		if p.RateLimitPerMinute < 0 {
+			r.fail("DISPATCH_POOLS", "%s rate per minute must be a positive number", what)
 		}
 		seen[p.Code] = true
 	}

@@ -496,6 +496,27 @@ func TestLoadRouterConfigFileErrors(t *testing.T) {
 			}
 		})
 	}
+	// Misspelt keys would leave a default in force silently; every one is
+	// named, with every problem of every pool.
+	t.Run("every problem named", func(t *testing.T) {
+		content := "queues:\n  - queueName: a.fifo\n    visibilityTimout: 60\n    connection: 2\n" +
+			"processingPools:\n  - code: A\n    concurrency: 0\n    rateLimitPerMinute: -1\n    ratelimitPerMinute: 5\n"
+		msg := loadErr(t, insecure(map[string]string{"DISPATCH_ROUTER_CONFIG": writeFile(t, "router.yaml", content)}))
+		for _, want := range []string{"line 3: field visibilityTimout is not a setting of the router file",
+			"line 4: field connection is not", "line 9: field ratelimitPerMinute is not"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error does not say %q:\n%s", want, msg)
+			}
+		}
+		good := strings.Replace(strings.Replace(strings.Replace(content, "    visibilityTimout: 60\n", "", 1),
+			"    connection: 2\n", "", 1), "    ratelimitPerMinute: 5\n", "", 1)
+		msg = loadErr(t, insecure(map[string]string{"DISPATCH_ROUTER_CONFIG": writeFile(t, "router.yaml", good)}))
+		for _, want := range []string{"pool A concurrency must be 1 to 1000", "pool A rate per minute must be a positive number"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error does not say %q:\n%s", want, msg)
+			}
+		}
+	})
 	t.Run("missing file", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "absent.yaml")
 		msg := loadErr(t, insecure(map[string]string{"DISPATCH_ROUTER_CONFIG": path}))

@@ -86,7 +86,7 @@ var Settings = []Setting{
 	{Name: "DISPATCH_ROUTER_CONFIG", Range: "a readable YAML or JSON file", Commands: apiAndRouter,
 		Doc: "Seed 002's shape: `{\"queues\": [{\"queueUri\" or \"queueName\", \"connections\", \"visibilityTimeout\"}], \"processingPools\": [{\"code\", \"concurrency\", \"rateLimitPerMinute\"}]}`; " +
 			"`visibilityTimeout` in seconds (or a duration such as `300s`). A queue may add `\"endpoint\"`, the SQS endpoint it is reached through instead of AWS_ENDPOINT_URL_SQS (a queue on another ElasticMQ or LocalStack, or behind a proxy of its own; in AWS, an endpoint of the region dispatch signs for). " +
-			"Its queues replace DISPATCH_QUEUES and DISPATCH_QUEUE_URL/NAME, its pools DISPATCH_POOLS.",
+			"Its queues replace DISPATCH_QUEUES and DISPATCH_QUEUE_URL/NAME, its pools DISPATCH_POOLS. A key it does not know (a misspelt one) stops the start, or a reload, naming its line.",
 		Help: "YAML/JSON file with queues and processingPools (seed 002's router configuration); SIGHUP or POST /monitoring/reload reads its pools again"},
 
 	{Name: "DISPATCH_API_TOKENS", Range: "comma-separated, 16+ characters each", Commands: apiOnly, Secret: true,
