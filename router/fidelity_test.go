@@ -1,13 +1,18 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,4 +160,85 @@ func TestAReleaseAsksNoMoreThanSQSAllows(t *testing.T) {
 			t.Errorf("the release was refused: %s", w.Message)
 		}
 	}
+}
+
+// gatedProxy forwards SQS calls to the stand-in; while shut, it answers
+// ReceiveMessage with no messages (after a short wait, as a poll would),
+// without asking the stand-in: the router behind it receives nothing.
+func gatedProxy(t *testing.T, upstream string) (*httptest.Server, *atomic.Bool) {
+	t.Helper()
+	var shut atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if shut.Load() && r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			_, _ = io.WriteString(w, `{}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.Path, bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(ts.Close)
+	return ts, &shut
+}
+
+// With several routers, the message a group waits for may come back to
+// another router and be finished there; the group's next message, when it
+// then reaches this router, is mediated, not bounced until the hold this
+// router kept expires.
+func TestAGroupsHoldEndsWhenItsFailedMessageIsDue(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	direct := q.Open(t)
+	proxy, shut := gatedProxy(t, q.Endpoint)
+	cfg := q.Config()
+	cfg.Endpoint = proxy.URL
+	rq, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupOn(t, q, rq, 1, func(ptr dispatch.Pointer, call int) error {
+		if ptr.ID == "1" && call == 1 {
+			shut.Store(true) // from here on, the other router gets it back
+			return &dispatch.RetryAfter{Delay: 2 * time.Second, Reason: "target failed"}
+		}
+		return nil
+	})
+	b.send(t, "g", 1)
+	b.send(t, "g", 2)
+	// The other router: it receives the failed message once it is due,
+	// delivers it, and deletes it.
+	var first []queue.Message
+	eventually(t, 15*time.Second, func() bool {
+		msgs, err := direct.Receive(context.Background(), 1, 1, 30*time.Second, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, msgs...)
+		return len(first) > 0
+	}, "the failed message back, at the other router")
+	var ptr dispatch.Pointer
+	if err := json.Unmarshal([]byte(first[0].Body), &ptr); err != nil || ptr.ID != "1" {
+		t.Fatalf("the other router received %s, want job 1", first[0].Body)
+	}
+	if err := direct.DeleteBatch(context.Background(), []string{first[0].Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	shut.Store(false)
+	eventually(t, 8*time.Second, func() bool { return slices.Contains(b.med.seen(), "2") }, "job 2 mediated here")
 }

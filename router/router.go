@@ -526,7 +526,13 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 	}
 	m := &message{Message: qm, src: s, received: time.Now(), ptr: ptr, seq: seq, group: group, pool: p}
 	if h, ok := r.holds[group]; ok {
-		if time.Now().After(h.expires) {
+		// A hold keeps the group's later messages back until the failed
+		// one is due, no longer: a later message that reaches this router
+		// after that means the failed one was received since (SQS hands
+		// out nothing of a group while a message of it is in flight), here
+		// or by another router, which may well have finished it. Holding
+		// on would bounce the group here until the hold expired.
+		if time.Now().After(h.until.Add(holdGrace)) {
 			delete(r.holds, group)
 		} else if seq > h.seq {
 			return m
@@ -548,6 +554,10 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 	p.add(m)
 	return nil
 }
+
+// holdGrace is how long past its failed message's due time a group's
+// hold still keeps its later messages back (the queue's own rounding).
+const holdGrace = 2 * time.Second
 
 // poolFullDelay is about how long a message for a full pool is given back
 // for (one to two times it, spread).
