@@ -113,7 +113,7 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		}
 		c.Job, err = scanJob(tx.QueryRow(ctx, `
 			UPDATE dispatch_job SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-				last_attempt_at = $2, claimed_until = $3, updated_at = $2, send_lease = NULL
+				last_attempt_at = $2, claimed_until = $3, updated_at = $2, `+claimSendLease("$3")+`
 			WHERE id = $1 RETURNING `+jobCols("dispatch_job"), j.ID, now, now.Add(lease)))
 		c.State = dispatch.Claimed
 		return err
@@ -152,6 +152,19 @@ func (s *Store) RecordClaim(ctx context.Context, j dispatch.Job) (bool, error) {
 	}
 	s.fresh.release(j.ID)
 	return tag.RowsAffected() == 1, nil
+}
+
+// claimSendLease is a claim's SET of the send lease, the claim ending at
+// until. A lease still running means the pointer's send is not confirmed:
+// a job handed over in process, or offered to a router, had none sent, and
+// one claimed through the database (its payload too large to remember, its
+// offer's request at another replica) is on no queue. The lease then runs
+// to the claim's end, so that should the holder die mid-delivery the sweep
+// sends a pointer once the claim has gone stale, as for RecordClaim. With
+// no lease (the send confirmed) there stays none: the queue brings the
+// message back. The record ends the lease as usual.
+func claimSendLease(until string) string {
+	return "send_lease = CASE WHEN send_lease IS NOT NULL THEN greatest(send_lease, " + until + ") END"
 }
 
 type claimReq struct {
@@ -202,7 +215,7 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 // again).
 var claimManySQL = &boundedSQL{sql: `
 	UPDATE dispatch_job j SET status = 'IN_PROGRESS', attempt_count = attempt_count + 1,
-		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, send_lease = NULL
+		last_attempt_at = i.cnow, claimed_until = i.cuntil, updated_at = i.cnow, ` + claimSendLease("i.cuntil") + `
 	FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[]) AS i(cid, cnow, cuntil, cdue)
 	-- (j.status || '') rather than j.status: see claimMany.
 	WHERE j.id = i.cid AND j.id BETWEEN {lo} AND {hi} AND j.id BETWEEN $5 AND $6 AND (j.status || '') IN ('PENDING', 'FAILED') AND j.attempt_count < j.max_retries
@@ -292,6 +305,12 @@ var finishManySQL = &boundedSQL{sql: `
 		claimed_until = NULL, updated_at = i.completed_at,
 		-- A deferred claim's job takes the claim here, with the outcome.
 		attempt_count = i.attempt_number, send_lease = NULL,
+		-- A send lease still running: the job was handed over in process or
+		-- offered, and is on no queue. A retry goes back to the outbox with
+		-- its outcome, which sends it when due from any replica; the give-
+		-- back that follows (Unmark) then finds nothing left to do, and a
+		-- process dying in between leaves no job waiting for the sweep.
+		queued_at = CASE WHEN j.send_lease IS NOT NULL AND i.status NOT IN (` + finishedStatuses + `) THEN NULL ELSE j.queued_at END,
 		last_attempt_at = CASE WHEN j.attempt_count < i.attempt_number THEN i.attempted_at ELSE j.last_attempt_at END
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.

@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,6 +150,62 @@ func TestRecordClaimKeepsAnUnsentJobOwedAPointer(t *testing.T) {
 	record(t, st, c, dispatch.Transition{Status: dispatch.StatusCompleted}, true)
 	if _, requeued, err := st.Sweep(t.Context(), c.Job.ClaimedUntil.Add(time.Hour), 15*time.Minute); err != nil || requeued != 0 {
 		t.Errorf("a sweep after the record requeued %d (%v), want 0", requeued, err)
+	}
+}
+
+// A job handed over but claimed through the database (its payload too
+// large to be remembered, or its offer's request at another replica) is on
+// no queue either: should its holder die mid-delivery, the sweep sends a
+// pointer once the claim has gone stale, not the stale-job sweep a quarter
+// of an hour later.
+func TestAHandedJobClaimedByStatementIsOwedAPointer(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	big := `{"blob":"` + strings.Repeat("x", 70<<10) + `"}`
+	j := createJob(t, st, func(j *dispatch.Job) { j.Payload = big })
+	c := claimHanded(t, st, j, now(), dispatch.Claimed)
+	if c.Deferred {
+		t.Fatal("a job with a 70 KiB payload was claimed in memory; the test needs one claimed by statement")
+	}
+	until := *c.Job.ClaimedUntil
+	if _, requeued, err := st.Sweep(t.Context(), until.Add(-time.Second), 15*time.Minute); err != nil || requeued != 0 {
+		t.Errorf("a sweep within the claim requeued %d (%v), want 0", requeued, err)
+	}
+	if _, requeued, err := st.Sweep(t.Context(), until.Add(time.Second), 15*time.Minute); err != nil || requeued != 1 {
+		t.Errorf("a sweep past the claim requeued %d (%v), want the job whose holder died", requeued, err)
+	}
+}
+
+// A retry of a job handed over in process goes back to the outbox with its
+// outcome: a process dying before it gives the job back (Unmark) leaves
+// the job to be sent when due, not to the sweep a quarter of an hour after.
+func TestARetryOfAHandedJobIsOwedAPointerWithItsOutcome(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	st.HandOffTo(stuckHandoff{})
+	c := deferred(t, st)
+	due := now().Add(5 * time.Second)
+	at := *c.Job.LastAttemptAt
+	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
+		JobID: c.Job.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: at, CompletedAt: at.Add(5 * time.Millisecond),
+		Status: dispatch.AttemptFailure, ResponseCode: 503,
+	}, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: due, ClaimDeferred: true})
+	if err != nil || !applied {
+		t.Fatalf("FinishAttempt: applied %v (%v)", applied, err)
+	}
+	// (The process dies here, before its give-back.)
+	var sent []int64
+	if _, err := st.PublishDue(t.Context(), due.Add(time.Second), 100, func(us []dispatch.Unsent) ([]int64, error) {
+		for _, u := range us {
+			sent = append(sent, u.ID)
+		}
+		return sent, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sent, c.Job.ID) {
+		t.Errorf("the outbox sent %v once the retry was due, want job %d", sent, c.Job.ID)
 	}
 }
 
