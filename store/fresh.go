@@ -73,7 +73,15 @@ func (f *freshJobs) put(jobs []dispatch.Job, now time.Time) {
 		}
 		f.ring[(f.head+f.n)%freshMax] = j.ID
 		f.n++
-		f.jobs[j.ID] = freshJob{job: j, at: now}
+		at := now
+		if j.QueuedAt != nil && j.QueuedAt.Before(now) {
+			// The window runs from the queued mark, as the send lease does:
+			// an insert that took long (a lock wait) must not leave a job
+			// claimable here after its lease has ended and the sweep may
+			// have sent it to another replica.
+			at = *j.QueuedAt
+		}
+		f.jobs[j.ID] = freshJob{job: j, at: at}
 		f.bytes += len(j.Payload)
 	}
 	if len(f.held) > freshMax { // claims whose record never came (the database was down)

@@ -8,8 +8,9 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// mark is the queued mark the test's jobs are handed over with.
-var mark = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+// mark is the queued mark the test's jobs are handed over with: as the
+// store's, a moment before they are put.
+var mark = time.Now().UTC().Truncate(time.Microsecond)
 
 func freshJob1(id int64, payload int) dispatch.Job {
 	return dispatch.Job{ID: id, Status: dispatch.StatusPending, MaxRetries: 3, Payload: strings.Repeat("x", payload), QueuedAt: &mark}
@@ -83,6 +84,16 @@ func TestFreshJobsAreClaimedOnlyThroughTheirHandle(t *testing.T) {
 	}
 	if _, ok := f.claim(4, true, mark, 0, t0, time.Minute); !ok {
 		t.Error("the pointer handed over is not claimed in memory")
+	}
+	// An insert that took 25 s after its mark (a lock wait): its send
+	// lease, which runs from the mark, ends 5 s after it was put, when the
+	// sweep may send it elsewhere; it is not claimed here 6 s on.
+	slow := freshJob1(6, 10)
+	longAgo := t0.Add(-25 * time.Second).UTC().Truncate(time.Microsecond)
+	slow.QueuedAt = &longAgo
+	f.put([]dispatch.Job{slow}, t0)
+	if _, ok := f.claim(6, true, longAgo, 0, t0.Add(6*time.Second), time.Minute); ok {
+		t.Error("a job is claimed in memory 31 s after its queued mark")
 	}
 	short := freshJobs{ttl: time.Second}
 	short.put([]dispatch.Job{freshJob1(5, 10)}, t0)
