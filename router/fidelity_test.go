@@ -179,19 +179,7 @@ func gatedProxy(t *testing.T, upstream string) (*httptest.Server, *atomic.Bool) 
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.Path, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		forwardTo(w, r, http.DefaultClient, upstream, body)
 	}))
 	t.Cleanup(ts.Close)
 	return ts, &shut
@@ -241,4 +229,22 @@ func TestAGroupsHoldEndsWhenItsFailedMessageIsDue(t *testing.T) {
 	}
 	shut.Store(false)
 	eventually(t, 8*time.Second, func() bool { return slices.Contains(b.med.seen(), "2") }, "job 2 mediated here")
+}
+
+// forwardTo passes an SQS request whose body has been read on to the
+// stand-in at upstream, through client, and its answer back.
+func forwardTo(w http.ResponseWriter, r *http.Request, client *http.Client, upstream string, body []byte) {
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := client.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }

@@ -42,19 +42,7 @@ func newHangingProxy(t *testing.T, upstream string, hang *regexp.Regexp) *hangin
 			}
 			return
 		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := client.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		forwardTo(w, r, client, upstream, body)
 	}))
 	t.Cleanup(func() {
 		p.Server.Close()

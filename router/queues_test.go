@@ -257,19 +257,7 @@ func countingProxy(t *testing.T, upstream string) (*httptest.Server, *atomic.Int
 				}
 			}
 		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.Path, strings.NewReader(string(body)))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		forwardTo(w, r, http.DefaultClient, upstream, body)
 	}))
 	t.Cleanup(ts.Close)
 	return ts, &open, &peak, &bodies

@@ -45,13 +45,20 @@ func deferred(t *testing.T, st *store.Store, mods ...func(*dispatch.Job)) dispat
 	return c
 }
 
-// record records the claim's attempt as tr, which must apply as want.
+// record records the claim's attempt, a success, as tr, which must apply
+// as want.
 func record(t *testing.T, st *store.Store, c dispatch.Claim, tr dispatch.Transition, want bool) {
+	t.Helper()
+	recordAs(t, st, c, dispatch.AttemptSuccess, 200, tr, want)
+}
+
+// recordAs records the claim's attempt with status and code as tr.
+func recordAs(t *testing.T, st *store.Store, c dispatch.Claim, status dispatch.AttemptStatus, code int, tr dispatch.Transition, want bool) {
 	t.Helper()
 	at := *c.Job.LastAttemptAt
 	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
 		JobID: c.Job.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: at, CompletedAt: at.Add(5 * time.Millisecond),
-		Status: dispatch.AttemptSuccess, ResponseCode: 200,
+		Status: status, ResponseCode: code,
 	}, tr)
 	if err != nil || applied != want {
 		t.Fatalf("FinishAttempt(job %d): applied %v (%v), want %v", c.Job.ID, applied, err, want)
@@ -135,13 +142,7 @@ func TestRecordClaimKeepsAnUnsentJobOwedAPointer(t *testing.T) {
 	if held, err := st.RecordClaim(t.Context(), c.Job); err != nil || !held {
 		t.Fatalf("RecordClaim: held %v (%v), want true", held, err)
 	}
-	until := *c.Job.ClaimedUntil
-	if _, requeued, err := st.Sweep(t.Context(), until.Add(-time.Second), 15*time.Minute); err != nil || requeued != 0 {
-		t.Errorf("a sweep within the claim requeued %d (%v), want 0", requeued, err)
-	}
-	if _, requeued, err := st.Sweep(t.Context(), until.Add(time.Second), 15*time.Minute); err != nil || requeued != 1 {
-		t.Errorf("a sweep past the claim requeued %d (%v), want the job whose process died", requeued, err)
-	}
+	owedAPointerAfter(t, st, *c.Job.ClaimedUntil)
 
 	c = deferred(t, st)
 	if held, err := st.RecordClaim(t.Context(), c.Job); err != nil || !held {
@@ -168,7 +169,13 @@ func TestAHandedJobClaimedByStatementIsOwedAPointer(t *testing.T) {
 	if c.Deferred {
 		t.Fatal("a job with a 70 KiB payload was claimed in memory; the test needs one claimed by statement")
 	}
-	until := *c.Job.ClaimedUntil
+	owedAPointerAfter(t, st, *c.Job.ClaimedUntil)
+}
+
+// owedAPointerAfter checks that the sweep sends one pointer once the claim
+// ending at until has gone stale (its holder died), and none before.
+func owedAPointerAfter(t *testing.T, st *store.Store, until time.Time) {
+	t.Helper()
 	if _, requeued, err := st.Sweep(t.Context(), until.Add(-time.Second), 15*time.Minute); err != nil || requeued != 0 {
 		t.Errorf("a sweep within the claim requeued %d (%v), want 0", requeued, err)
 	}
@@ -186,14 +193,8 @@ func TestARetryOfAHandedJobIsOwedAPointerWithItsOutcome(t *testing.T) {
 	st.HandOffTo(stuckHandoff{})
 	c := deferred(t, st)
 	due := now().Add(5 * time.Second)
-	at := *c.Job.LastAttemptAt
-	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{
-		JobID: c.Job.ID, AttemptNumber: c.Job.AttemptCount, AttemptedAt: at, CompletedAt: at.Add(5 * time.Millisecond),
-		Status: dispatch.AttemptFailure, ResponseCode: 503,
-	}, dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: due, ClaimDeferred: true})
-	if err != nil || !applied {
-		t.Fatalf("FinishAttempt: applied %v (%v)", applied, err)
-	}
+	recordAs(t, st, c, dispatch.AttemptFailure, 503,
+		dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: due, ClaimDeferred: true}, true)
 	// (The process dies here, before its give-back.)
 	var sent []int64
 	if _, err := st.PublishDue(t.Context(), due.Add(time.Second), 100, func(us []dispatch.Unsent) ([]int64, error) {
