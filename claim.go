@@ -49,6 +49,11 @@ type Transition struct {
 	// Grouped: the job is in a group, whose next job waits for this
 	// record; it is written at once, never held to share a transaction.
 	Grouped bool
+	// Handed: the attempt's pointer was handed over (in process, or offered
+	// to a router), not received from a queue. A retry of such a job whose
+	// send was never confirmed is on no queue: the record gives it back to
+	// the outbox, which sends it when due.
+	Handed bool
 }
 
 // Unsent is a job whose pointer must go onto the queue.

@@ -256,3 +256,27 @@ func TestAFirstReceiveOfThePointerSentIsClaimedInMemory(t *testing.T) {
 		}
 	}
 }
+
+// A retry of a job handed over in process goes back to the outbox in the
+// record itself (its queued mark cleared): a process that dies before its
+// give-back leaves the job to be sent when due. A pointer from the queue
+// keeps its mark: its message brings it back.
+func TestARetryOfAHandedJobIsGivenBackWithItsRecord(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{ClaimAfter: time.Minute})
+	tg := statusTarget(t, http.StatusServiceUnavailable)
+	handedJob := s.createJob(t, tg.URL, nil)
+	if d := s.processHanded(t, handedJob); d.Done || d.RetryAfter <= 0 {
+		t.Fatalf("decision %+v; want a retry", d)
+	}
+	if got := s.job(t, handedJob.ID); got.Status != dispatch.StatusFailed || got.QueuedAt != nil {
+		t.Errorf("handed job after its retry's record: %s, queued at %v; want FAILED and back in the outbox (no mark)", got.Status, got.QueuedAt)
+	}
+	queued := s.createJob(t, tg.URL, nil)
+	if d := s.process(t, queued.ID); d.Done {
+		t.Fatalf("decision %+v; want a retry", d)
+	}
+	if got := s.job(t, queued.ID); got.Status != dispatch.StatusFailed || got.QueuedAt == nil {
+		t.Errorf("job from the queue after its retry's record: %s, queued at %v; want FAILED, still marked", got.Status, got.QueuedAt)
+	}
+}

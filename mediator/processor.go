@@ -300,6 +300,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	}
 	res.JobStatus = t.Status
 	t.ClaimDeferred, t.Grouped = dc.settle(), j.GroupID != ""
+	_, t.Handed = handoff.HandleFrom(ctx)
 	if t.NextAttemptAt.IsZero() {
 		t.NextAttemptAt = d.CompletedAt
 	}

@@ -278,10 +278,10 @@ var finishManySQL = &boundedSQL{sql: `
 	WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
 			$6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
-			$13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[], $19::bool[])
+			$13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[], $19::bool[], $20::bool[])
 			AS t(job_id, attempt_number, attempt_id, attempted_at, completed_at, duration_millis,
 				attempt_status, response_code, response_body, error_message, status, last_error,
-				next_attempt_at, job_completed_at, request_headers, response_headers, claim_deferred)
+				next_attempt_at, job_completed_at, request_headers, response_headers, claim_deferred, handed)
 	), attempt AS (
 		INSERT INTO dispatch_attempt (id, job_id, attempt_number, attempted_at, completed_at,
 			duration_millis, status, response_code, response_body, error_message,
@@ -305,12 +305,13 @@ var finishManySQL = &boundedSQL{sql: `
 		claimed_until = NULL, updated_at = i.completed_at,
 		-- A deferred claim's job takes the claim here, with the outcome.
 		attempt_count = i.attempt_number, send_lease = NULL,
-		-- A send lease still running: the job was handed over in process or
-		-- offered, and is on no queue. A retry goes back to the outbox with
-		-- its outcome, which sends it when due from any replica; the give-
-		-- back that follows (Unmark) then finds nothing left to do, and a
-		-- process dying in between leaves no job waiting for the sweep.
-		queued_at = CASE WHEN j.send_lease IS NOT NULL AND i.status NOT IN (` + finishedStatuses + `) THEN NULL ELSE j.queued_at END,
+		-- A job handed over (in process, or offered) whose send lease still
+		-- runs is on no queue. A retry goes back to the outbox with its
+		-- outcome, which sends it when due from any replica; the give-back
+		-- that follows (Unmark) then finds nothing left to do, and a process
+		-- dying in between leaves no job waiting for the sweep.
+		queued_at = CASE WHEN i.handed AND j.send_lease IS NOT NULL AND i.status NOT IN (` + finishedStatuses + `)
+			THEN NULL ELSE j.queued_at END,
 		last_attempt_at = CASE WHEN j.attempt_count < i.attempt_number THEN i.attempted_at ELSE j.last_attempt_at END
 	FROM input i
 	-- (j.status || '') rather than j.status: see claimMany.
@@ -481,7 +482,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 		nextAts, attemptedAts, completedAts = make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		jobCompletedAts                     = make([]*time.Time, n)
 		reqHeaders, respHeaders             = make([]*string, n), make([]*string, n)
-		deferred                            = make([]bool, n)
+		deferred, handed                    = make([]bool, n), make([]bool, n)
 	)
 	for i, p := range batch {
 		a, o := p.req.a, p.req.o
@@ -503,7 +504,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 			jobCompletedAts[i] = &t
 		}
 		reqHeaders[i], respHeaders[i] = headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
-		deferred[i] = o.ClaimDeferred
+		deferred[i], handed[i] = o.ClaimDeferred, o.Handed
 	}
 	// The leader's context carries the batch, without its cancellation:
 	// the others are waiting on this statement too.
@@ -513,7 +514,7 @@ func (s *Store) finishMany(batch []*pending[finishReq, bool]) error {
 	rows, err := s.pool.Query(ctx, withBounds(finishManySQL, lo, hi),
 		jobIDs, numbers, attemptIDs, attemptedAts, completedAts, durations, attemptStatuses, codes,
 		bodies, errMsgs, statuses, lastErrors, nextAts, jobCompletedAts,
-		reqHeaders, respHeaders, slices.Min(jobIDs), slices.Max(jobIDs), deferred)
+		reqHeaders, respHeaders, slices.Min(jobIDs), slices.Max(jobIDs), deferred, handed)
 	if err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func TestARetryOfAHandedJobIsOwedAPointerWithItsOutcome(t *testing.T) {
 	c := deferred(t, st)
 	due := now().Add(5 * time.Second)
 	recordAs(t, st, c, dispatch.AttemptFailure, 503,
-		dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: due, ClaimDeferred: true}, true)
+		dispatch.Transition{Status: dispatch.StatusFailed, LastError: "HTTP 503", NextAttemptAt: due, ClaimDeferred: true, Handed: true}, true)
 	// (The process dies here, before its give-back.)
 	var sent []int64
 	if _, err := st.PublishDue(t.Context(), due.Add(time.Second), 100, func(us []dispatch.Unsent) ([]int64, error) {
