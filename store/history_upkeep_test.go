@@ -198,3 +198,65 @@ func TestPartitionsMadeAfterAStoppedPassStillGo(t *testing.T) {
 		t.Errorf("partitions past retention kept: %v", got)
 	}
 }
+
+// An upgrade whose migration waits for a table's lock behind a long
+// transaction (a report, a pg_dump) holds the creates queued behind it
+// only as long as it waits, a few seconds at a time, and migrates once the
+// transaction has ended.
+func TestAMigrationBehindALongTransactionHoldsCreatesOnlyBriefly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewEmptyDatabase(t)
+	if err := store.MigrateTo(ctx, url, 9); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := store.Connect(ctx, url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	endReader := func() { once.Do(func() { _ = reader.Rollback(context.WithoutCancel(ctx)) }) }
+	t.Cleanup(endReader)
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	go func() { migrated <- store.Migrate(context.WithoutCancel(ctx), pool) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for waiting := 0; waiting == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the migration never waited for a lock")
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A create as the previous version makes it, queued behind the
+	// migration's lock.
+	start := time.Now()
+	insertCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(insertCtx, `INSERT INTO dispatch_job (id, created_at, updated_at, source, type, target_url, payload,
+			payload_content_type, status, max_retries, retry_strategy, next_attempt_at)
+		VALUES ($1, now(), now(), 's', 't', 'https://example.com/a', '{}', 'application/json', 'PENDING', 3, 'exponential', now())`,
+		store.IDAt(time.Now())); err != nil || time.Since(start) > 8*time.Second {
+		t.Errorf("a create waited %s behind the migration (%v), want a few seconds at most", time.Since(start).Round(time.Millisecond), err)
+	}
+	endReader()
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Fatalf("Migrate after the long transaction ended: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the migration did not finish once the long transaction had ended")
+	}
+	if err := store.CheckSchema(ctx, pool); err != nil {
+		t.Error(err)
+	}
+}

@@ -301,7 +301,46 @@ func SchemaVersion() string {
 // connection back without its deliveryPlans. It was the one that went on
 // to finish jobs through a generic plan scanning dispatch_job whole.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	cfg := pool.Config().ConnConfig.Copy()
+	// A migration's DDL takes strong locks, and one waiting behind a long
+	// transaction (a report, a pg_dump) would hold every create and
+	// delivery queued behind it for as long. Each lock is waited for at
+	// most migrationLockWait (a startup parameter: tern's RESET ALL after
+	// each migration keeps it), and a migration that gave up is tried
+	// again: each runs in its own transaction, so a try that failed left
+	// nothing behind.
+	if _, named := cfg.RuntimeParams["lock_timeout"]; !named {
+		cfg.RuntimeParams["lock_timeout"] = strconv.Itoa(int(migrationLockWait.Milliseconds()))
+	}
+	for try := 1; ; try++ {
+		err := migrateOnce(ctx, cfg)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+			return err
+		}
+		if try == migrationTries {
+			return fmt.Errorf("store: migrate: a migration waited %s for a table's lock %d times and gave up: "+
+				"a long transaction holds a table it changes (see pg_stat_activity); creates and deliveries went on meanwhile. "+
+				"Start again once it has ended: %w", migrationLockWait, try, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * time.Second):
+		}
+	}
+}
+
+// migrationLockWait is the longest a migration waits for a lock (the
+// creates queued behind it wait as long), and migrationTries how often it
+// tries: about two minutes in all.
+const (
+	migrationLockWait = 5 * time.Second
+	migrationTries    = 12
+)
+
+func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", redactErr(err))
 	}
