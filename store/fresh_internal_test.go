@@ -8,9 +8,12 @@ import (
 	"github.com/dispatchhq/dispatch"
 )
 
-// mark is the queued mark the test's jobs are handed over with: as the
-// store's, a moment before they are put.
-var mark = time.Now().UTC().Truncate(time.Microsecond)
+// mark is the queued mark the test's jobs are handed over with; the tests
+// put them a moment after it (at), as the store does.
+var (
+	mark = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at   = mark.Add(time.Millisecond)
+)
 
 func freshJob1(id int64, payload int) dispatch.Job {
 	return dispatch.Job{ID: id, Status: dispatch.StatusPending, MaxRetries: 3, Payload: strings.Repeat("x", payload), QueuedAt: &mark}
@@ -21,7 +24,7 @@ func freshJob1(id int64, payload int) dispatch.Job {
 func TestFreshJobsAreBounded(t *testing.T) {
 	t.Parallel()
 	var f freshJobs
-	t0 := time.Now()
+	t0 := at
 	for id := int64(1); id <= freshMax+10; id++ {
 		f.put([]dispatch.Job{freshJob1(id, 10)}, t0)
 	}
@@ -62,7 +65,7 @@ func TestFreshJobsAreBounded(t *testing.T) {
 func TestFreshJobsAreClaimedOnlyThroughTheirHandle(t *testing.T) {
 	t.Parallel()
 	var f freshJobs
-	t0 := time.Now()
+	t0 := at
 	f.put([]dispatch.Job{freshJob1(1, 10), freshJob1(2, 10), freshJob1(3, 10), freshJob1(4, 10)}, t0)
 	for _, c := range []struct {
 		id     int64
