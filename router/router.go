@@ -511,7 +511,9 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 		p = r.pools[ptr.PoolCode]
 	}
 	if p == nil {
-		if !r.warned[ptr.PoolCode] {
+		// Pool codes come from the messages: the codes logged are bounded,
+		// so a producer inventing codes cannot grow the router's memory.
+		if !r.warned[ptr.PoolCode] && len(r.warned) < maxWarnedPools {
 			r.warned[ptr.PoolCode] = true
 			r.log.Warn("unknown pool code; its messages go to the default pool (logged once per code)",
 				"pool", ptr.PoolCode, "default_pool", r.def.code)
@@ -554,6 +556,9 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 	p.add(m)
 	return nil
 }
+
+// maxWarnedPools is how many unknown pool codes are logged (each once).
+const maxWarnedPools = 100
 
 // holdGrace is how long past its failed message's due time a group's
 // hold still keeps its later messages back (the queue's own rounding).
