@@ -540,11 +540,13 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 			return m
 		}
 	}
-	if r.groups[group] == 0 && p.groups >= r.poolRoom(p) {
+	if len(r.order) > 1 && r.groups[group] == 0 && p.groups >= r.poolRoom(p) {
 		// The pool holds all the groups it can start soon. The message goes
 		// back for a moment, and its group's later ones with it, so that
 		// the queue's messages for the other pools are still received: a
-		// slow pool does not hold up the rest.
+		// slow pool does not hold up the rest. (With one pool there is no
+		// rest: a message beyond its room, which a job handed over in
+		// process took meanwhile, waits in its lane as before.)
 		p.full.Add(1)
 		r.holdGroup(m, poolFullDelay+rand.N(poolFullDelay))
 		return m
