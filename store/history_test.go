@@ -214,20 +214,28 @@ func TestTwoReplicasCreatingTheSameKeyMakeOneJob(t *testing.T) {
 	}
 }
 
+// beforePartitions is a new database at schema version 9, the last before
+// partitions, and a pool on it.
+func beforePartitions(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := storetest.NewEmptyDatabase(t)
+	if err := store.MigrateTo(t.Context(), url, 9); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := store.Connect(t.Context(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return url, pool
+}
+
 // An installation made before partitions upgrades by migrating: every job,
 // attempt, event and key stays readable and in force, and live jobs go on.
 func TestUpgradeToPartitionsKeepsEverything(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	if err := store.MigrateTo(ctx, url, 9); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := store.Connect(ctx, url, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	url, pool := beforePartitions(t)
 	// Rows as the previous version wrote them.
 	old := time.Now().Add(-48 * time.Hour)
 	oldID := store.IDAt(old)

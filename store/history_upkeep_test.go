@@ -206,15 +206,7 @@ func TestPartitionsMadeAfterAStoppedPassStillGo(t *testing.T) {
 func TestAMigrationBehindALongTransactionHoldsCreatesOnlyBriefly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	if err := store.MigrateTo(ctx, url, 9); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := store.Connect(ctx, url, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	_, pool := beforePartitions(t)
 	reader, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
