@@ -329,7 +329,7 @@ func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []
 	for _, p := range jobParts {
 		var live bool
 		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED'))`,
-			pgx.Identifier{p.name}.Sanitize())).Scan(&live); err != nil && !undefinedTable(err) {
+			pgx.Identifier{p.name}.Sanitize())).Scan(&live); err != nil && pgCode(err) != undefinedTable {
 			// (A table already gone is a drop that stopped before it
 			// forgot the partition: it is forgotten below.)
 			return dropped, held, err
@@ -425,12 +425,18 @@ func overlaps(a, b string) string {
 	return "COALESCE(" + a + ".lo, " + first + ") < " + b + ".hi AND " + a + ".hi > COALESCE(" + b + ".lo, " + first + ")"
 }
 
-// undefinedTable reports whether err is PostgreSQL's "relation does not
-// exist".
-func undefinedTable(err error) bool {
+// pgCode is the SQLSTATE of a PostgreSQL error err wraps ("" for another
+// error).
+func pgCode(err error) string {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
+
+// undefinedTable is 42P01, "relation does not exist".
+const undefinedTable = "42P01"
 
 // deleteInChunks runs a chunked DELETE until it deletes nothing.
 func deleteInChunks(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
@@ -451,9 +457,8 @@ func deleteInChunks(ctx context.Context, conn *pgx.Conn, sql string, args ...any
 func dropPartition(ctx context.Context, conn *pgx.Conn, parent, name string) error {
 	ident := pgx.Identifier{name}.Sanitize()
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, parent, ident)); err != nil {
-		var pgErr *pgconn.PgError
 		// Already detached (a pass that stopped between detach and drop).
-		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" && pgErr.Code != "42809" {
+		if code := pgCode(err); code != undefinedTable && code != "42809" {
 			return fmt.Errorf("detach %s: %w", name, err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // SchemaError says that the database's schema is not the one this binary
@@ -60,9 +59,8 @@ type queryRower interface {
 func CheckSchema(ctx context.Context, db queryRower) error {
 	var version int32
 	err := db.QueryRow(ctx, `SELECT version FROM dispatch_schema_version`).Scan(&version)
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01", errors.Is(err, pgx.ErrNoRows): // undefined_table: never migrated
+	case pgCode(err) == undefinedTable, errors.Is(err, pgx.ErrNoRows): // never migrated
 		version = 0
 	case err != nil:
 		return fmt.Errorf("store: read the schema version: %w", Explain(err))

@@ -314,8 +314,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	for try := 1; ; try++ {
 		err := migrateOnce(ctx, cfg)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+		if pgCode(err) != "55P03" { // lock_not_available
 			return err
 		}
 		if try == migrationTries {
