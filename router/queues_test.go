@@ -292,3 +292,57 @@ func TestQueueConnectionsAndVisibility(t *testing.T) {
 		t.Errorf("/monitoring/queues = %+v", qs)
 	}
 }
+
+// A queue whose own visibility timeout is 0 (a misconfiguration) would
+// hand each message out again while it is mediated: each receive asks for
+// the mediation timeout instead, and the heartbeat extends by it.
+func TestAQueueWithoutVisibilityStillHoldsItsMessages(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 0)
+	var receives atomic.Int32
+	var asked sync.Map // the last ReceiveMessage request body
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
+			asked.Store("receive", string(body))
+			defer receives.Add(1)
+		}
+		forwardTo(w, r, http.DefaultClient, q.Endpoint, body)
+	}))
+	t.Cleanup(proxy.Close)
+	cfg := q.Config()
+	cfg.Endpoint = proxy.URL
+	rq, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	m := startMulti(t, 4, func(ptr dispatch.Pointer, call int) error {
+		if call == 1 {
+			<-release // the first mediation takes a while
+		}
+		return nil
+	}, router.Source{Queue: rq, Connections: 2})
+	sendTo(t, rq, "g", 1)
+	eventually(t, 10*time.Second, func() bool { return len(m.med.seen()) == 1 }, "mediation under way")
+	// A message handed out again would come back within a poll or two.
+	since := receives.Load()
+	eventually(t, 15*time.Second, func() bool { return receives.Load() >= since+4 }, "four more receives")
+	close(release)
+	eventually(t, 10*time.Second, func() bool {
+		a, err := q.Attributes(context.Background())
+		return err == nil && a["ApproximateNumberOfMessages"] == "0" && a["ApproximateNumberOfMessagesNotVisible"] == "0"
+	}, "the message deleted")
+	if calls := m.med.seen(); len(calls) != 1 {
+		t.Errorf("mediated %v, want the message once", calls)
+	}
+	var qs []router.QueueStats
+	getJSON(t, m.srv.URL+"/monitoring/queues", &qs)
+	if qs[0].VisibilityTimeoutSeconds != 10 {
+		t.Errorf("visibility timeout %d s, want the mediation timeout (10 s)", qs[0].VisibilityTimeoutSeconds)
+	}
+	body, _ := asked.Load("receive")
+	if !strings.Contains(body.(string), `"VisibilityTimeout":10`) {
+		t.Errorf("a receive asked for %s, want VisibilityTimeout 10", body)
+	}
+}

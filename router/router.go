@@ -344,8 +344,19 @@ func (r *Router) consume(ctx, helperCtx context.Context, helpers *sync.WaitGroup
 	if err != nil {
 		return // stopped before the queue ever answered
 	}
-	if s.VisibilityTimeout > 0 {
+	switch {
+	case s.VisibilityTimeout > 0:
 		vis = s.VisibilityTimeout // each receive asks for it
+	case vis <= 0:
+		// The queue would hand each message out again at once, to this
+		// router and any other, while it is mediated: every receive asks
+		// for the mediation timeout instead, and the heartbeat keeps it.
+		s.VisibilityTimeout = max((r.cfg.MediationTimeout + time.Second - 1).Truncate(time.Second), time.Second) // SQS counts whole seconds
+		vis = s.VisibilityTimeout
+		r.log.Warn("the queue's visibility timeout is 0; each receive asks for the mediation timeout instead, but set the queue's VisibilityTimeout",
+			"queue", s.name, "visibility_timeout", vis.String())
+		r.warnings.add(Warning{Type: WarnVisibilityShort, Queue: s.name,
+			Message: fmt.Sprintf("the queue's visibility timeout is 0: each receive asks for %v instead", vis)})
 	}
 	s.vis.Store(int64(vis))
 	s.deleter.setVisibility(vis)
