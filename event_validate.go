@@ -22,7 +22,7 @@ func CheckEventPattern(p *Problems, field, pattern string) bool {
 		return true
 	}
 	exact := strings.TrimSuffix(pattern, ".*")
-	if exact == "" || utf8.RuneCountInString(pattern) > MaxTypeLen || strings.ContainsAny(exact, "* \t\r\n\x00") {
+	if exact == "" || utf8.RuneCountInString(pattern) > MaxTypeLen || strings.ContainsAny(exact, "* \t") || hasControl(exact) {
 		p.Add(field, "must be an event type (order.created), a prefix (order.*) or *")
 		return false
 	}
@@ -43,8 +43,10 @@ func CheckOrderingKey(p *Problems, key string) bool {
 // CheckEventType notes a problem with type when t, set, is not a dotted
 // event type a subscription's patterns can match.
 func CheckEventType(p *Problems, t string) {
-	if t != "" && (strings.ContainsAny(t, "* \t\r\n") || strings.HasSuffix(t, ".") || strings.HasPrefix(t, ".")) {
-		p.Add("type", "must be a dotted event type such as order.created (no *, spaces, or leading/trailing dot)")
+	// A type is sent as the X-Dispatch-Event-Type header of its jobs: with a
+	// control character net/http would refuse every attempt.
+	if t != "" && (strings.ContainsAny(t, "* \t") || hasControl(t) || strings.HasSuffix(t, ".") || strings.HasPrefix(t, ".")) {
+		p.Add("type", "must be a dotted event type such as order.created (no *, spaces, control characters, or leading/trailing dot)")
 	}
 }
 

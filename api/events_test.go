@@ -238,6 +238,35 @@ func TestVerifyWithoutVerifier(t *testing.T) {
 	f.do(t, "POST", "/api/dispatch/subscriptions/"+s.ID+"/verify", "").errorCode(t, http.StatusServiceUnavailable, dispatch.EUnavailable)
 }
 
+// An event type is sent as a header of its jobs' requests: one holding a
+// control character could never be delivered, so it is refused with the
+// event, as a subscription pattern holding one (it could match no event).
+// Nothing is stored.
+func TestAControlCharacterInAnEventTypeIsRefused(t *testing.T) {
+	f := setup(t)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"all","url":"http://127.0.0.1:1/x","eventTypes":["*"]}`).
+		want(t, http.StatusCreated)
+	for _, typ := range []string{`order.created\u0001`, `order\u007fcreated`, `order.created\r\nX-Evil: 1`} {
+		fields := f.do(t, "POST", "/api/dispatch/events", `{"source":"s","type":"`+typ+`","data":{}}`).
+			errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+		if !slices.Equal(fields, []string{"type"}) {
+			t.Errorf("type %s: fields %v, want [type]", typ, fields)
+		}
+	}
+	fields := f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["order\u0001.*","ok.*"]}`).
+		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	if !slices.Equal(fields, []string{"eventTypes[0]"}) {
+		t.Errorf("pattern: fields %v, want [eventTypes[0]]", fields)
+	}
+	var events struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	f.do(t, "GET", "/api/dispatch/events", "").want(t, http.StatusOK).decode(t, &events)
+	if len(events.Items) != 0 {
+		t.Errorf("%d events stored, want none", len(events.Items))
+	}
+}
+
 // setupVerifying serves the API with the real verification handshake.
 func setupVerifying(t *testing.T) *fixture {
 	t.Helper()
