@@ -91,3 +91,9 @@ var FilterWhere = filterWhere
 
 // GroupLockSpace is the first key of the groups' advisory locks.
 const GroupLockSpace = groupLockSpace
+
+// EventJobsSQL is the statement that lists an event's jobs, for EXPLAIN.
+func EventJobsSQL(s *Store, eventID int64) string {
+	lo, _ := s.idBounds([]int64{eventID})
+	return withBounds(eventJobsSQL, lo, "")
+}

@@ -365,6 +365,50 @@ func TestPublishEventReadsOnlyMatchingSubscriptions(t *testing.T) {
 	}
 }
 
+// Reading an event's jobs (its page, a publish repeated with its key) looks
+// only in the partitions from the event's on: its jobs were made with it.
+// Without a bound on the id, it probed every partition's event index, one
+// a day of history.
+func TestAnEventsJobsAreReadFromItsPartitionOn(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	ctx := t.Context()
+	if err := store.StartHistoryAt(ctx, st, time.Now().Add(-5*24*time.Hour), 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateSubscription(ctx, newSubscription("*")); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := publish(t, st, "order.created", `{}`, nil, "")
+	got, err := st.GetEvent(ctx, e.ID)
+	if err != nil || len(got.Jobs) != 1 || got.Jobs[0].ID != e.Jobs[0].ID {
+		t.Fatalf("GetEvent = %+v, %v; want its one job %d", got.Jobs, err, e.Jobs[0].ID)
+	}
+	var parts int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'dispatch_job'::regclass`).Scan(&parts); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // EXPLAIN only
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	plan := planText(t, tx, "EXPLAIN "+store.EventJobsSQL(st, e.ID), e.ID)
+	named := map[string]bool{}
+	for _, f := range strings.Fields(plan) {
+		if partitionName.MatchString(f) {
+			named[f] = true
+		}
+	}
+	// Five days before the event hold nothing of it.
+	if parts < 6 || len(named) > parts-5 {
+		t.Errorf("of %d partitions, reading an event's jobs names %d (want none of the 5 days before it):\n%s", parts, len(named), plan)
+	}
+}
+
 // rowsRead is how many rows of table sequential scans and index scans have
 // read in the database at url, once every other connection to it has gone:
 // a backend reports its table statistics as it exits, so close the pools
