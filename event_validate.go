@@ -50,6 +50,27 @@ func CheckEventType(p *Problems, t string) {
 	}
 }
 
+// CheckFilter notes every problem with a subscription's filter (fields
+// filter and filter.<key>): the pairs an event's metadata must hold for the
+// subscription to match it, so no more than an event may carry, and none
+// of the keys an event may not (eventId, subscriptionId). A filter that
+// could match no event would leave its subscription ACTIVE and silent.
+func CheckFilter(p *Problems, m map[string]string) {
+	if len(m) > MaxEventMetadata {
+		p.Add("filter", "holds %d pairs; an event carries at most %d, so it could match none", len(m), MaxEventMetadata)
+		return
+	}
+	checkPairs(p, "filter", m)
+	for _, k := range reservedEventKeys {
+		if _, ok := m[k]; ok {
+			p.Add("filter."+k, "could match no event: dispatch sets %s on the jobs, and an event may not carry it", k)
+		}
+	}
+}
+
+// reservedEventKeys are the metadata keys dispatch sets on an event's jobs.
+var reservedEventKeys = []string{"eventId", "subscriptionId"}
+
 // CheckEventMetadata notes every problem with an event's metadata: at most
 // MaxEventMetadata pairs (its jobs add two), each as CheckMetadata wants,
 // and neither of the keys dispatch sets on the jobs (eventId,
@@ -60,7 +81,7 @@ func CheckEventMetadata(p *Problems, m map[string]string) {
 	} else {
 		CheckMetadata(p, m)
 	}
-	for _, k := range []string{"eventId", "subscriptionId"} {
+	for _, k := range reservedEventKeys {
 		if _, ok := m[k]; ok {
 			p.Add("metadata."+k, "is reserved: dispatch sets it on the jobs")
 		}

@@ -177,22 +177,27 @@ func CheckHeaders(p *Problems, h map[string]string) {
 }
 
 // CheckMetadata notes every problem with metadata pairs (a job's or an
-// event's metadata, a subscription's filter; fields metadata and
-// metadata.<key>): at most MaxMetadataPairs, keys of 1 to MaxMetadataKeyLen
-// characters, values of at most MaxMetadataValLen, no NUL characters.
+// event's metadata; fields metadata and metadata.<key>): at most
+// MaxMetadataPairs, keys of 1 to MaxMetadataKeyLen characters, values of at
+// most MaxMetadataValLen, no NUL characters.
 func CheckMetadata(p *Problems, m map[string]string) {
 	if len(m) > MaxMetadataPairs {
 		p.Add("metadata", "holds %d pairs; at most %d are allowed", len(m), MaxMetadataPairs)
 		return
 	}
+	checkPairs(p, "metadata", m)
+}
+
+// checkPairs notes every bad key and value of m, as field and field.<key>.
+func checkPairs(p *Problems, field string, m map[string]string) {
 	for _, k := range sortedKeys(m) {
 		switch {
 		case k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen:
-			p.Add("metadata", "keys must be 1 to %d characters", MaxMetadataKeyLen)
+			p.Add(field, "keys must be 1 to %d characters", MaxMetadataKeyLen)
 		case utf8.RuneCountInString(m[k]) > MaxMetadataValLen:
-			p.Add("metadata."+k, "must be at most %d characters", MaxMetadataValLen)
+			p.Add(field+"."+k, "must be at most %d characters", MaxMetadataValLen)
 		case strings.ContainsRune(k, 0) || strings.ContainsRune(m[k], 0):
-			p.Add("metadata."+k, "must not contain NUL characters")
+			p.Add(field+"."+k, "must not contain NUL characters")
 		}
 	}
 }

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -264,6 +266,45 @@ func TestAControlCharacterInAnEventTypeIsRefused(t *testing.T) {
 	f.do(t, "GET", "/api/dispatch/events", "").want(t, http.StatusOK).decode(t, &events)
 	if len(events.Items) != 0 {
 		t.Errorf("%d events stored, want none", len(events.Items))
+	}
+}
+
+// A subscription's filter is checked as what it is: its problems are named
+// under filter, and a filter no event could satisfy (more pairs than an
+// event may carry, a key an event may not carry) is refused rather than
+// leaving its subscription ACTIVE and silent, on create and on a patch.
+func TestAFilterThatCouldMatchNoEventIsRefused(t *testing.T) {
+	f := setup(t)
+	pairs := make([]string, dispatch.MaxEventMetadata+1)
+	for i := range pairs {
+		pairs[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	long := strings.Repeat("x", dispatch.MaxMetadataValLen+1)
+	for body, want := range map[string][]string{
+		`{"k":"` + long + `"}`:                       {"filter.k"},
+		`{"eventId":"1","subscriptionId":"2"}`:       {"filter.eventId", "filter.subscriptionId"},
+		`{` + strings.Join(pairs, ",") + `}`:         {"filter"},
+		`{"region":"eu","eventId":"1","n":"\u0000"}`: {"filter.eventId", "filter.n"},
+	} {
+		fields := f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["*"],"filter":`+body+`}`).
+			errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+		slices.Sort(fields)
+		if !slices.Equal(fields, want) {
+			t.Errorf("filter %.60s: fields %v, want %v", body, fields, want)
+		}
+	}
+	var sub subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["*"],"filter":{"region":"eu"}}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	fields := f.do(t, "PATCH", "/api/dispatch/subscriptions/"+sub.ID, `{"filter":{"subscriptionId":"7"}}`).
+		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	if !slices.Equal(fields, []string{"filter.subscriptionId"}) {
+		t.Errorf("patch: fields %v, want [filter.subscriptionId]", fields)
+	}
+	var got subscriptionOut
+	f.do(t, "GET", "/api/dispatch/subscriptions/"+sub.ID, "").want(t, http.StatusOK).decode(t, &got)
+	if !maps.Equal(got.Filter, map[string]string{"region": "eu"}) {
+		t.Errorf("after a refused patch the filter is %v, want it unchanged", got.Filter)
 	}
 }
 

@@ -115,7 +115,7 @@ func applySubscriptionFields(d fieldDecoder, sub *dispatch.Subscription, rules d
 	}
 	if d.present("filter") {
 		sub.Filter = d.stringMap("filter")
-		dispatch.CheckMetadata(d.p, sub.Filter)
+		dispatch.CheckFilter(d.p, sub.Filter)
 	}
 	if d.present("headers") {
 		sub.Headers = d.stringMap("headers")
