@@ -51,6 +51,13 @@ const handedTurn = 100 * time.Millisecond
 // few percent, at about 110 bytes a pointer.
 const maxHanded = 5000
 
+// disableEvery is how often, at most, the sweep looks for subscriptions to
+// disable (DISPATCH_SUBSCRIPTION_DISABLE_AFTER, if shorter): the look reads
+// the newest finished jobs of every ACTIVE subscription, in every
+// partition, and the sweep runs every few seconds, while the period it
+// looks for is days.
+const disableEvery = time.Minute
+
 // FailingSubscriptions disables subscriptions that have failed every
 // delivery for a while; the publisher's sweep runs it.
 type FailingSubscriptions interface {
@@ -355,6 +362,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	sweepEvery := min(max(p.cfg.RequeueAfter/4, time.Second), 15*time.Second)
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
+	var lastDisable time.Time
 	backoff := time.Duration(0)
 	// An outbox pass runs on Notify, on the timers and after a failure;
 	// handed pointers alone need none. The first runs at once: what the
@@ -380,7 +388,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 			} else if expired+requeued > 0 {
 				p.log.Info("sweep", "expired", expired, "requeued", requeued)
 			}
-			p.disableFailing(ctx)
+			if time.Since(lastDisable) >= min(disableEvery, p.cfg.DisableAfter) {
+				lastDisable = time.Now()
+				p.disableFailing(ctx)
+			}
 		}
 		if backoff > 0 {
 			sleepCtx(ctx, backoff)
