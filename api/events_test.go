@@ -308,6 +308,31 @@ func TestAFilterThatCouldMatchNoEventIsRefused(t *testing.T) {
 	}
 }
 
+// A job an event made has the idempotency key <eventId>:<subscriptionId>,
+// held as a create's key is: a create naming it is answered with that job
+// (200) and makes no second delivery.
+func TestAFanOutJobsKeyIsHeldAsACreatesIs(t *testing.T) {
+	f := setup(t)
+	var sub subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"all","url":"http://127.0.0.1:1/x","eventTypes":["*"]}`).
+		want(t, http.StatusCreated).decode(t, &sub)
+	var e eventOut
+	f.do(t, "POST", "/api/dispatch/events", `{"source":"s","type":"order.created","data":{}}`).want(t, http.StatusCreated).decode(t, &e)
+	if len(e.Jobs) != 1 {
+		t.Fatalf("the event made %d jobs, want 1", len(e.Jobs))
+	}
+	key := e.ID + ":" + sub.ID
+	var job struct {
+		ID             string `json:"id"`
+		IdempotencyKey string `json:"idempotencyKey"`
+	}
+	f.do(t, "POST", "/api/dispatch/jobs", `{"source":"s","type":"t","targetUrl":"http://127.0.0.1:1/x","payload":"{}","idempotencyKey":"`+key+`"}`).
+		want(t, http.StatusOK).decode(t, &job)
+	if job.ID != e.Jobs[0].ID || job.IdempotencyKey != key {
+		t.Errorf("a create with the key %s answered job %s (key %q), want the event's job %s", key, job.ID, job.IdempotencyKey, e.Jobs[0].ID)
+	}
+}
+
 // setupVerifying serves the API with the real verification handshake.
 func setupVerifying(t *testing.T) *fixture {
 	t.Helper()

@@ -152,6 +152,12 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			), p AS (
 				-- each job's payload, written once (see jobCols)
 				INSERT INTO dispatch_payload (job_id, body) SELECT id, $4::bytea FROM j
+			), k AS (
+				-- each job's idempotency key, held as a create's is: a create
+				-- naming it gets this job
+				INSERT INTO dispatch_job_key (idempotency_key, job_id)
+				SELECT $5::text || ':' || subscription_id::text, id FROM j
+				ON CONFLICT DO NOTHING
 			)
 			SELECT id, subscription_id, status FROM j ORDER BY id`,
 			now, e.Source, e.Type, packPayload(e.Data), dispatch.FormatID(out.ID), metadata, out.ID,
