@@ -384,10 +384,7 @@ func TestAnEventsJobsAreReadFromItsPartitionOn(t *testing.T) {
 	if err != nil || len(got.Jobs) != 1 || got.Jobs[0].ID != e.Jobs[0].ID {
 		t.Fatalf("GetEvent = %+v, %v; want its one job %d", got.Jobs, err, e.Jobs[0].ID)
 	}
-	var parts int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'dispatch_job'::regclass`).Scan(&parts); err != nil {
-		t.Fatal(err)
-	}
+	parts := jobPartitions(t, pool)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -397,12 +394,7 @@ func TestAnEventsJobsAreReadFromItsPartitionOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := planText(t, tx, "EXPLAIN "+store.EventJobsSQL(st, e.ID), e.ID)
-	named := map[string]bool{}
-	for _, f := range strings.Fields(plan) {
-		if partitionName.MatchString(f) {
-			named[f] = true
-		}
-	}
+	named := partitionsNamed(plan)
 	// Five days before the event hold nothing of it.
 	if parts < 6 || len(named) > parts-5 {
 		t.Errorf("of %d partitions, reading an event's jobs names %d (want none of the 5 days before it):\n%s", parts, len(named), plan)
@@ -684,10 +676,7 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	var parts int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'dispatch_job'::regclass`).Scan(&parts); err != nil {
-		t.Fatal(err)
-	}
+	parts := jobPartitions(t, pool)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -704,15 +693,31 @@ func TestClaimsGenericPlanNamesOnlyItsPartitions(t *testing.T) {
 	}
 	plan := planText(t, tx, fmt.Sprintf(`EXPLAIN EXECUTE claim('{%s}', '{}', '{}', '{}', %d, %d)`,
 		strings.Join(lits, ","), slices.Min(ids), slices.Max(ids)))
+	named := partitionsNamed(plan)
+	if parts < 5 || len(named) != 1 {
+		t.Errorf("of %d partitions, the claim's generic plan names %d (want only its batch's):\n%s", parts, len(named), plan)
+	}
+}
+
+// jobPartitions is how many partitions dispatch_job has.
+func jobPartitions(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_inherits WHERE inhparent = 'dispatch_job'::regclass`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// partitionsNamed is the set of dispatch_job's partitions a plan names.
+func partitionsNamed(plan string) map[string]bool {
 	named := map[string]bool{}
 	for _, f := range strings.Fields(plan) {
 		if partitionName.MatchString(f) {
 			named[f] = true
 		}
 	}
-	if parts < 5 || len(named) != 1 {
-		t.Errorf("of %d partitions, the claim's generic plan names %d (want only its batch's):\n%s", parts, len(named), plan)
-	}
+	return named
 }
 
 // planText runs an EXPLAIN in tx and returns its text, a line per node.
