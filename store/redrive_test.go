@@ -2,11 +2,15 @@ package store_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
 )
 
 // Two redrives of the same dead letters that overlap (a client retrying a
@@ -112,5 +116,104 @@ func TestReplayJobsReportsJobsWithoutCredentialsAndReplaysTheRest(t *testing.T) 
 	res, err = st.ReplayJobs(t.Context(), filter, 2)
 	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ReplayOf != rest[2] {
 		t.Errorf("second redrive: %+v, %v; want job %d replayed", res.Jobs, err, rest[2])
+	}
+}
+
+// Two redrives whose jobs share groups take their groups' locks together,
+// in order. Taken one replay at a time, a redrive holding g1 and waiting
+// for g2 met one holding g2 and waiting for g1, and PostgreSQL ended one of
+// them: the operator got a 500 and nothing replayed.
+func TestRedrivesSharingGroupsNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	for round := range 6 {
+		source := "round-" + strconv.Itoa(round)
+		// Redrives of two each: one takes [g1 g2], the other [g2 g1].
+		for _, g := range []string{"g1", "g2", "g2", "g1"} {
+			j := createJob(t, st, withSource(source), withGroup(source+"-"+g))
+			errorJob(t, st, j.ID, now())
+		}
+		filter := dispatch.JobFilter{Source: source, Statuses: []dispatch.Status{dispatch.StatusError}}
+		var (
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+			errs     [2]error
+			replayed [2]int
+		)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := st.ReplayJobs(t.Context(), filter, 2)
+				errs[i], replayed[i] = err, len(res.Jobs)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: redrive %d: %v", round, i, err)
+			}
+		}
+		if replayed[0]+replayed[1] != 4 {
+			t.Errorf("round %d: replayed %d and %d, want 4 between them", round, replayed[0], replayed[1])
+		}
+	}
+}
+
+// A redrive replays a group's jobs in their places' order, not their ids':
+// an id follows the clock of the replica that made it, a place the order
+// the creates committed in.
+func TestARedriveKeepsEachGroupsOrder(t *testing.T) {
+	t.Parallel()
+	a, _, dbURL := storetest.New(t, store.Options{NewID: skewedIDs(1, 0)})
+	b := secondStore(t, dbURL, store.Options{NewID: skewedIDs(0, -5*time.Second)})
+	first := createJob(t, a, withGroup("customer-9"), withSource("skewed"))
+	second := createJob(t, b, withGroup("customer-9"), withSource("skewed"))
+	if second.ID >= first.ID || second.Seq <= first.Seq {
+		t.Fatalf("second: id %d place %d; first: id %d place %d; want a lower id and a later place", second.ID, second.Seq, first.ID, first.Seq)
+	}
+	errorJob(t, a, first.ID, now())
+	errorJob(t, a, second.ID, now())
+	res, err := a.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "skewed", Statuses: []dispatch.Status{dispatch.StatusError}}, 10)
+	if err != nil || len(res.Jobs) != 2 {
+		t.Fatalf("redrive: %+v, %v", res, err)
+	}
+	place := map[int64]int64{}
+	for _, j := range res.Jobs {
+		place[j.ReplayOf] = j.Seq
+	}
+	if place[first.ID] >= place[second.ID] {
+		t.Errorf("the replay of the first job has place %d, of the second %d: want the group's order kept", place[first.ID], place[second.ID])
+	}
+}
+
+// A redrive that cannot take its groups within the read timeout (another
+// redrive, or a long create, holds one) replays nothing and says so as a
+// 503 to try again, as a dry run that takes too long does: not a 500.
+func TestARedriveHeldUpByItsGroupsIsUnavailable(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	j := createJob(t, st, withSource("held"), withGroup("held-g"))
+	errorJob(t, st, j.ID, now())
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context()) //nolint:errcheck // only holds the lock
+	if _, err := tx.Exec(t.Context(), `SELECT pg_advisory_xact_lock(`+store.GroupLockSpace+`, hashtext('held-g'))`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.ReplayJobs(t.Context(), dispatch.JobFilter{Source: "held", Statuses: []dispatch.Status{dispatch.StatusError}}, 10)
+	if dispatch.ErrorCode(err) != dispatch.EUnavailable {
+		t.Fatalf("a redrive held up by its group: %v, want %s", err, dispatch.EUnavailable)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var replays int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM dispatch_job WHERE replay_of = $1`, j.ID).Scan(&replays); err != nil || replays != 0 {
+		t.Errorf("%d replays (%v), want none", replays, err)
 	}
 }

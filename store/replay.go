@@ -33,8 +33,22 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 	if err != nil {
 		return orig, fmt.Errorf("store: replay job %d: %w", id, err)
 	}
+	n, err := s.replayOf(ctx, orig)
+	if err != nil {
+		return dispatch.Job{}, err
+	}
+	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{n}, false)
+	if err != nil {
+		return dispatch.Job{}, err
+	}
+	return stored[0], nil
+}
+
+// replayOf is the new job that replays orig, once its credentials are
+// checked against its target.
+func (s *Store) replayOf(ctx context.Context, orig dispatch.Job) (*dispatch.Job, error) {
 	if !orig.Status.Terminal() {
-		return orig, dispatch.Errorf(dispatch.EConflict, "job %d is %s; only finished jobs can be replayed", id, orig.Status)
+		return nil, dispatch.Errorf(dispatch.EConflict, "job %d is %s; only finished jobs can be replayed", orig.ID, orig.Status)
 	}
 	n := orig
 	n.ReplayOf, n.IdempotencyKey, n.ScheduledFor = orig.ID, "", nil
@@ -42,13 +56,9 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
 	}
 	if err := s.checkCredentials(ctx, n.CredentialsID, n.TargetURL); err != nil {
-		return dispatch.Job{}, err
+		return nil, err
 	}
-	stored, _, err := s.insertJobs(ctx, tx, []*dispatch.Job{&n}, false)
-	if err != nil {
-		return dispatch.Job{}, err
-	}
-	return stored[0], nil
+	return &n, nil
 }
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
@@ -102,42 +112,57 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 			return err
 		}
 		// A new statement, so a new snapshot: it sees every redrive that
-		// held one of these locks before us, since it has committed.
-		rows, err = tx.Query(ctx, `
-			SELECT id FROM dispatch_job o WHERE id = ANY($1)
-				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = o.id)
-			ORDER BY id`, locked)
+		// held one of these locks before us, since it has committed. Each
+		// group's jobs come in their places' order, so that their replays
+		// take their places in it again (ids follow the creating replica's
+		// clock, places the commits).
+		rows, err = tx.Query(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = ANY($1)
+				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)
+			ORDER BY group_id, seq, id`, locked)
 		if err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		origs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
-			j, err := s.replay(ctx, tx, id)
-			if dispatch.ErrorCode(err) == dispatch.EInvalid {
-				// Its credentials went away since the query above: the
-				// check runs before any statement, so the transaction
-				// is intact and the rest goes on.
-				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
-					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials no longer exist", id)})
-				continue
-			}
-			if de := (*dispatch.Error)(nil); errors.As(err, &de) && de.Code == dispatch.EUnprocessable {
-				// Its credentials may no longer be sent to its target
-				// (their allowedTargets); reported like the above.
-				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: id,
-					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", id, de.Message)})
+		var replays []*dispatch.Job
+		for _, orig := range origs {
+			n, err := s.replayOf(ctx, orig)
+			if de := (*dispatch.Error)(nil); errors.As(err, &de) && (de.Code == dispatch.EInvalid || de.Code == dispatch.EUnprocessable) {
+				// Its credentials went away since the query above, or may
+				// no longer be sent to its target (their allowedTargets):
+				// reported, and the rest goes on.
+				reason := de.Message
+				if de.Code == dispatch.EInvalid {
+					reason = "its credentials no longer exist"
+				}
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: orig.ID,
+					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", orig.ID, reason)})
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			out.Jobs = append(out.Jobs, j)
+			replays = append(replays, n)
 		}
-		return nil
+		if len(replays) == 0 {
+			return nil
+		}
+		// One statement: it takes every group's lock at once, in order, and
+		// the redrive holds them until it commits. Written one by one, the
+		// replays took them one at a time, so two redrives sharing groups
+		// could each wait for the other (a deadlock, one answered 500).
+		out.Jobs, _, err = s.insertJobs(ctx, tx, replays, false)
+		return err
 	})
+	switch pgCode(err) {
+	case "57014": // query_canceled: the statement timeout of browseSettings
+		return dispatch.ReplayResult{}, dispatch.Errorf(dispatch.EUnavailable,
+			"the redrive took longer than %s (its jobs' groups may be held by another redrive); nothing was replayed: try again, or narrow it", ReadTimeout)
+	case "40P01": // deadlock_detected
+		return dispatch.ReplayResult{}, dispatch.Errorf(dispatch.EUnavailable, "the redrive met another one; nothing was replayed: try again")
+	}
 	if err != nil {
 		return dispatch.ReplayResult{}, fmt.Errorf("store: bulk replay: %w", err)
 	}
