@@ -56,7 +56,8 @@ func (s *Store) CreateCredentials(ctx context.Context, c *dispatch.Credentials) 
 // cache when it has them.
 func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error) {
 	key := strconv.FormatInt(id, 10)
-	if c, ok := s.creds.Get(key); ok {
+	cached := !s.credsWatched.Load() || s.credsLive.Load()
+	if c, ok := s.creds.Get(key); ok && cached {
 		return c.(dispatch.Credentials), nil
 	}
 	s.credsMu.Lock()
@@ -70,7 +71,7 @@ func (s *Store) GetCredentials(ctx context.Context, id int64) (dispatch.Credenti
 		s.afterCredentialsRead()
 	}
 	s.credsMu.Lock()
-	if s.credsGen == gen { // no invalidation since the read began
+	if s.credsGen == gen && cached { // no invalidation since the read began
 		s.creds.SetDefault(key, c)
 	}
 	s.credsMu.Unlock()
@@ -170,7 +171,7 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 // (entries as dispatch.ParseAllowedTarget returns them; none: nowhere). Jobs
 // already created for a target no longer allowed are not sent with them:
 // the processor finishes them as ERROR. This replica's cache is invalidated
-// at once; other replicas see the change within CredentialsTTL.
+// at once, and every replica's as the change commits (WatchCredentials).
 func (s *Store) SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.Credentials, error) {
 	return s.UpdateCredentials(ctx, id, nil, &targets)
 }

@@ -97,3 +97,9 @@ func EventJobsSQL(s *Store, eventID int64) string {
 	lo, _ := s.idBounds([]int64{eventID})
 	return withBounds(eventJobsSQL, lo, "")
 }
+
+// CredentialsWatchLive reports whether s's credentials watch is listening.
+func CredentialsWatchLive(s *Store) bool { return s.credsLive.Load() }
+
+// WatchAppName names the credentials watch's connection.
+const WatchAppName = watchAppName

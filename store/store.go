@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bwmarrin/snowflake"
@@ -37,8 +38,9 @@ var migrations embed.FS
 type Options struct {
 	NodeID int64   // snowflake node, 0–1023
 	Sealer *Sealer // seals credential secrets at rest
-	// CredentialsTTL bounds how long another replica may serve deleted or
-	// rotated credentials from its cache; this replica invalidates at once.
+	// CredentialsTTL bounds how long a replica keeps credentials cached
+	// (default a minute). A change drops the copies of the replica that
+	// made it at once, and of the others as it commits (WatchCredentials).
 	CredentialsTTL time.Duration
 	// SendLease is how long a job may stay marked queued before its send is
 	// confirmed; past it the sweep sends it again (the marking process died
@@ -86,6 +88,9 @@ type Store struct {
 	// before it reads, and stores only if it has not moved.
 	credsMu  sync.Mutex
 	credsGen uint64
+	// credsWatched: WatchCredentials runs, and the cache is used only
+	// while credsLive, its connection listening.
+	credsWatched, credsLive atomic.Bool
 
 	// afterCredentialsRead runs between a cache miss's read and its cache
 	// write (tests only: it lets a test put an invalidation in between).

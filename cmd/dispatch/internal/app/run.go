@@ -476,6 +476,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		g.Go(func() error { return publisher.Run(gctx) })
 		g.Go(func() error { return alerts.Run(gctx) })
 		g.Go(func() error { return st.RunHistory(gctx, a.history(), a.log) })
+		g.Go(func() error { st.WatchCredentials(gctx, a.log); return nil })
 		if err := a.reg.Register(newStorageCollector(st.Storage)); err != nil {
 			return err
 		}

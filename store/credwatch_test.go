@@ -1,0 +1,60 @@
+package store_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+)
+
+// A rotation without a grace period, and a delete, apply on every replica
+// as they commit: each replica's cache hears of them (WatchCredentials),
+// also after its watch lost its connection. Before, another replica went on
+// signing with the old secret, or sending deleted credentials, for as long
+// as its cached copy lasted (a minute).
+func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
+	t.Parallel()
+	key := newKey(t)
+	a, pool := setupKeyed(t, key)
+	b := storeOver(t, pool, newSealer(t, key, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); b.WatchCredentials(ctx, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, func() bool { return store.CredentialsWatchLive(b) }, "replica B's watch listening")
+
+	c := createCredentials(t, a)
+	getCredentials(t, b, c.ID) // B caches the original secret
+	secretOnB := func(want string) func() bool {
+		return func() bool {
+			got, err := b.GetCredentials(t.Context(), c.ID)
+			return err == nil && got.SigningSecret == want
+		}
+	}
+	if _, err := a.RotateCredentials(t.Context(), c.ID, "whsec_rotated_at_once", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, secretOnB("whsec_rotated_at_once"), "replica B signing with the secret A rotated to")
+
+	// The watch's connection is cut: a change made before it listens again
+	// is not missed.
+	if _, err := pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, store.WatchAppName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RotateCredentials(t.Context(), c.ID, "whsec_while_cut", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, secretOnB("whsec_while_cut"), "replica B signing with the secret rotated while its watch was cut")
+	waitUntil(t, func() bool { return store.CredentialsWatchLive(b) }, "replica B's watch listening again")
+
+	if err := a.DeleteCredentials(t.Context(), c.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		_, err := b.GetCredentials(t.Context(), c.ID)
+		return dispatch.ErrorCode(err) == dispatch.ENotFound
+	}, "replica B finding the credentials deleted")
+}
