@@ -143,8 +143,11 @@ func (c Credentials) targetError(target string) *Error {
 		return Errorf(EUnprocessable, "credentials %s have no allowedTargets, so they may be sent nowhere (not to %s): an admin can bind them to their receiver's origin (PATCH /api/admin/dispatch/credentials/%s with {\"allowedTargets\": [\"%s\"]})",
 			id, ShowTarget(target), id, suggestOrigin(target))
 	}
-	return Errorf(EUnprocessable, "credentials %s may not be sent to %s (their allowedTargets are %s): an admin can add its origin to the credentials' allowedTargets (PATCH /api/admin/dispatch/credentials/%s)",
-		id, ShowTarget(target), strings.Join(c.AllowedTargets, ", "), id)
+	// The targets they may be sent to are not named: whoever sees this
+	// (any API token, a job's lastError) need not learn another team's
+	// partners; an admin reads them with the credentials.
+	return Errorf(EUnprocessable, "credentials %s may not be sent to %s (it is not among their allowedTargets): an admin can add its origin to the credentials' allowedTargets (PATCH /api/admin/dispatch/credentials/%s)",
+		id, ShowTarget(target), id)
 }
 
 // ShowTarget renders a target URL for a message: scheme, host, port and

@@ -658,6 +658,14 @@ func TestReplayJobsBulk(t *testing.T) {
 	f.createJob(t, "source", "billing") // live: never replayed
 
 	f.do(t, "POST", "/api/dispatch/jobs/replay", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	// Filters in a body would be ignored, and other jobs replayed than the
+	// caller meant: refused, naming each, and nothing replayed.
+	fields := f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing", `{"status":"ERROR","limit":1}`).
+		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	if !slices.Equal(fields, []string{"limit", "status"}) {
+		t.Errorf("a redrive with a body: fields %v, want [limit status]", fields)
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=true", "{}").want(t, http.StatusOK)
 
 	var out struct {
 		Replayed int   `json:"replayed"`

@@ -129,6 +129,10 @@ func TestDisallowedTargetsAreRefusedWith422(t *testing.T) {
 			!strings.Contains(e.Error.Message, "PATCH /api/admin/dispatch/credentials/") {
 			t.Errorf("%s: error %+v does not say what to do", what, e.Error)
 		}
+		// Which partners the credentials serve is for admins to read.
+		if strings.Contains(e.Error.Message, attacker) && strings.Contains(e.Error.Message, partner) {
+			t.Errorf("%s: error %q names the credentials' allowed targets", what, e.Error.Message)
+		}
 	}
 	refused("job", "POST", "/api/dispatch/jobs", jobBody(t, "credentialsId", c.ID, "targetUrl", attacker+"/hooks"))
 	refused("job past the prefix", "POST", "/api/dispatch/jobs", jobBody(t, "credentialsId", c.ID, "targetUrl", partner+"/hooksevil"))

@@ -1,9 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -248,6 +252,10 @@ func (s *Server) jobAction(status int, act func(Store, context.Context, int64) (
 // replayJobs is the dead-letter redrive: it replays finished jobs matching
 // the search filters (at least one is required), up to limit.
 func (s *Server) replayJobs(c *gin.Context) {
+	if err := noBody(body(c)); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	q := c.Request.URL.Query()
 	dryRun := false
 	if v, ok := q["dryRun"]; ok {
@@ -326,4 +334,25 @@ func parsePaging(q url.Values) (dispatch.JobFilter, int, int, error) {
 		return f, page, size, err
 	}
 	return f, page, size, p.Err()
+}
+
+// noBody refuses a redrive's body: its filters and limit are read from the
+// query string only, so a body naming them would be ignored and the
+// redrive would select other jobs than the caller meant. Nothing, or an
+// empty object, is no body.
+func noBody(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "{}" {
+		return nil
+	}
+	var p dispatch.Problems
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil || len(fields) == 0 {
+		p.Add("body", "must be empty: the redrive's filters and limit go in the query string (?status=ERROR&limit=100)")
+		return p.Err()
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		p.Add(k, "goes in the query string (?%s=…): the redrive reads no body", k)
+	}
+	return p.Err()
 }
