@@ -26,8 +26,9 @@ const MaxCredentialsName = 100
 // subscriptions, and by how many live jobs (PENDING, IN_PROGRESS,
 // FAILED). LiveJobs is exact up to CountLimit and "at least" past it.
 type CredentialsUsage struct {
-	Subscriptions int
-	LiveJobs      int
+	Subscriptions     int
+	LiveJobs          int
+	AlertDestinations int
 }
 
 // ParseAllowedTarget validates one allowedTargets entry and returns it

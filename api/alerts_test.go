@@ -28,3 +28,36 @@ func TestASlackAlertsURLIsNotShownWithItsJob(t *testing.T) {
 		}
 	}
 }
+
+// Credentials that sign an alert destination's alerts say so in their
+// usage, and cannot be deleted while it names them: its alerts could not
+// be sent, and a failed alert raises none. Once the destination is gone,
+// they can.
+func TestCredentialsSigningAlertsAreKeptWhileTheyDo(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	c := f.credentials(t, "https://ops.example/hooks")
+	var dest struct {
+		ID string `json:"id"`
+	}
+	f.do(t, "POST", "/api/admin/dispatch/alerts/destinations",
+		`{"name":"ops pager","kind":"webhook","url":"https://ops.example/hooks/alerts","credentialsId":"`+c.ID+`"}`).
+		want(t, http.StatusCreated).decode(t, &dest)
+	var got struct {
+		Usage struct {
+			AlertDestinations int `json:"alertDestinations"`
+		} `json:"usage"`
+	}
+	f.do(t, "GET", "/api/admin/dispatch/credentials/"+c.ID, "").want(t, http.StatusOK).decode(t, &got)
+	if got.Usage.AlertDestinations != 1 {
+		t.Errorf("usage names %d alert destinations, want 1", got.Usage.AlertDestinations)
+	}
+	var e apiError
+	f.do(t, "DELETE", "/api/admin/dispatch/credentials/"+c.ID, "").want(t, http.StatusConflict).decode(t, &e)
+	if e.Error.Code != dispatch.EConflict || !strings.Contains(e.Error.Message, "ops pager") {
+		t.Errorf("refusal %+v does not name the destination", e.Error)
+	}
+	f.do(t, "GET", "/api/admin/dispatch/credentials/"+c.ID, "").want(t, http.StatusOK)
+	f.do(t, "DELETE", "/api/admin/dispatch/alerts/destinations/"+dest.ID, "").want(t, http.StatusNoContent)
+	f.do(t, "DELETE", "/api/admin/dispatch/credentials/"+c.ID, "").want(t, http.StatusNoContent)
+}

@@ -149,14 +149,15 @@ type credentialsView struct {
 
 // credentialsUsageView is where credentials are used.
 type credentialsUsageView struct {
-	Subscriptions int  `json:"subscriptions"`
-	LiveJobs      int  `json:"liveJobs"`
-	LiveJobsExact bool `json:"liveJobsExact"`
+	Subscriptions     int  `json:"subscriptions"`
+	LiveJobs          int  `json:"liveJobs"`
+	LiveJobsExact     bool `json:"liveJobsExact"`
+	AlertDestinations int  `json:"alertDestinations"`
 }
 
 func viewCredentialsUsage(u dispatch.CredentialsUsage) *credentialsUsageView {
 	return &credentialsUsageView{Subscriptions: u.Subscriptions, LiveJobs: min(u.LiveJobs, dispatch.CountLimit),
-		LiveJobsExact: u.LiveJobs <= dispatch.CountLimit}
+		LiveJobsExact: u.LiveJobs <= dispatch.CountLimit, AlertDestinations: u.AlertDestinations}
 }
 
 func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {

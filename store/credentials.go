@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -154,10 +155,25 @@ func (s *Store) ListCredentials(ctx context.Context, page, size int) ([]dispatch
 }
 
 // DeleteCredentials removes credentials; jobs that refer to them fail with
-// a clear lastError when they are processed.
+// a clear lastError when they are processed. Credentials an alert
+// destination signs with are refused (EConflict): its alerts could not be
+// sent, and a failed alert raises none.
 func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM dispatch_credentials WHERE id = $1`, id)
 	s.invalidateCredentials(id)
+	if pgCode(err) == foreignKeyViolation {
+		var names []string
+		rows, qerr := s.pool.Query(ctx, `SELECT name FROM dispatch_alert_destination WHERE credentials_id = $1 ORDER BY name`, id)
+		if qerr == nil {
+			names, qerr = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if qerr != nil || len(names) == 0 {
+			names = []string{"an alert destination"}
+		}
+		return dispatch.Errorf(dispatch.EConflict,
+			"credentials %d sign the alerts to %s: delete the destination first (DELETE /api/admin/dispatch/alerts/destinations/{id}), or its alerts could not be sent",
+			id, strings.Join(names, ", "))
+	}
 	if err != nil {
 		return fmt.Errorf("store: delete credentials %d: %w", id, err)
 	}
@@ -200,11 +216,13 @@ func (s *Store) UpdateCredentials(ctx context.Context, id int64, name *string, t
 }
 
 // credentialsUsageQuery counts, for each of a page of credentials, the
-// subscriptions that sign with them and their live jobs. The live jobs are
+// subscriptions that sign with them, their live jobs, and the alert
+// destinations that sign with them. The live jobs are
 // found through the status index (the backlog, never the finished
 // history), at most $2 of them in all.
 const credentialsUsageQuery = `
-SELECT c.id, COALESCE(s.n, 0), COALESCE(j.n, 0)
+SELECT c.id, COALESCE(s.n, 0), COALESCE(j.n, 0),
+	(SELECT count(*) FROM dispatch_alert_destination a WHERE a.credentials_id = c.id)
 FROM unnest($1::bigint[]) AS c(id)
 LEFT JOIN (
 	SELECT credentials_id, count(*) AS n FROM dispatch_subscription
@@ -234,7 +252,7 @@ func (s *Store) CredentialsUsage(ctx context.Context, ids []int64) (map[int64]di
 				id int64
 				u  dispatch.CredentialsUsage
 			)
-			if err := rows.Scan(&id, &u.Subscriptions, &u.LiveJobs); err != nil {
+			if err := rows.Scan(&id, &u.Subscriptions, &u.LiveJobs, &u.AlertDestinations); err != nil {
 				return err
 			}
 			out[id] = u

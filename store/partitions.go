@@ -438,6 +438,9 @@ func pgCode(err error) string {
 // undefinedTable is 42P01, "relation does not exist".
 const undefinedTable = "42P01"
 
+// foreignKeyViolation is 23503.
+const foreignKeyViolation = "23503"
+
 // deleteInChunks runs a chunked DELETE until it deletes nothing.
 func deleteInChunks(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
 	for {
