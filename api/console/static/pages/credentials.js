@@ -179,6 +179,7 @@ function usageText(u) {
   const parts = [];
   if (u.subscriptions) parts.push(`${u.subscriptions} subscription${u.subscriptions === 1 ? '' : 's'}`);
   if (u.liveJobs) parts.push(`${u.liveJobs.toLocaleString()}${u.liveJobsExact ? '' : '+'} live job${u.liveJobs === 1 ? '' : 's'}`);
+  if (u.alertDestinations) parts.push(`${u.alertDestinations} alert destination${u.alertDestinations === 1 ? '' : 's'}`);
   return parts.length ? parts.join(' · ') : h('span', { class: 'muted' }, 'unused');
 }
 
