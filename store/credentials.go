@@ -415,22 +415,34 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// CheckKey opens one stored secret, so a wrong DISPATCH_ENCRYPTION_KEY is a
-// start-up error rather than failed deliveries later.
+// CheckKey opens every stored signing secret, so a wrong or missing key
+// (DISPATCH_ENCRYPTION_KEY, or the _PREVIOUS one credentials sealed before
+// a key change still need) is a start-up error rather than failed
+// deliveries later. Opening one is a microsecond.
 func (s *Store) CheckKey(ctx context.Context) error {
-	var (
-		id     int64
-		secret []byte
-	)
-	err := s.pool.QueryRow(ctx, `SELECT id, signing_secret FROM dispatch_credentials ORDER BY id DESC LIMIT 1`).Scan(&id, &secret)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	rows, err := s.pool.Query(ctx, `SELECT id, signing_secret FROM dispatch_credentials ORDER BY id DESC`)
 	if err != nil {
 		return fmt.Errorf("store: check encryption key: %w", err)
 	}
-	if _, err := s.sealer.Open(secret, sealContext(id, "signing_secret")); err != nil {
-		return fmt.Errorf("%w (credentials %d)", err, id)
+	var (
+		id, first int64
+		secret    []byte
+		failed    int
+		firstErr  error
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &secret}, func() error {
+		if _, err := s.sealer.Open(secret, sealContext(id, "signing_secret")); err != nil {
+			if failed++; failed == 1 {
+				first, firstErr = id, err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: check encryption key: %w", err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%w (credentials %d, and %d more)", firstErr, first, failed-1)
 	}
 	return nil
 }

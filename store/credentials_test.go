@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,6 +124,27 @@ func TestCredentialsEncryptedAtRest(t *testing.T) {
 	got := getCredentials(t, st, c.ID)
 	if got.BearerToken != bearer || got.SigningSecret != next || !slices.Equal(got.ActivePrevious(time.Now()), []string{secret}) {
 		t.Errorf("GetCredentials = bearer %q secret %q previous %q; want the plain values", got.BearerToken, got.SigningSecret, got.ActivePrevious(time.Now()))
+	}
+}
+
+// The start-up check opens every secret, not the newest alone: a key
+// dropped too early (DISPATCH_ENCRYPTION_KEY_PREVIOUS removed before `dispatch
+// rekey` ran) stops the start, instead of the older credentials' jobs
+// failing one by one later.
+func TestCheckKeyFindsCredentialsSealedWithAnEarlierKey(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newKey(t), newKey(t)
+	old, pool := setupKeyed(t, k1)
+	sealedWithK1 := createCredentials(t, old)
+	rotated := storeOver(t, pool, newSealer(t, k2, k1))
+	createCredentials(t, rotated) // the newest, sealed with K2
+	if err := rotated.CheckKey(t.Context()); err != nil {
+		t.Fatalf("CheckKey with both keys: %v", err)
+	}
+	onlyK2 := storeOver(t, pool, newSealer(t, k2, nil))
+	err := onlyK2.CheckKey(t.Context())
+	if !errors.Is(err, store.ErrWrongKey) || !strings.Contains(err.Error(), dispatch.FormatID(sealedWithK1.ID)) {
+		t.Errorf("CheckKey without the earlier key: %v, want ErrWrongKey naming credentials %d", err, sealedWithK1.ID)
 	}
 }
 
