@@ -103,3 +103,6 @@ func CredentialsWatchLive(s *Store) bool { return s.credsLive.Load() }
 
 // WatchAppName names the credentials watch's connection.
 const WatchAppName = watchAppName
+
+// RedriveBytes bounds the payloads one redrive replays.
+const RedriveBytes = redriveBytes

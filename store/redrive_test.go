@@ -217,3 +217,37 @@ func TestARedriveHeldUpByItsGroupsIsUnavailable(t *testing.T) {
 		t.Errorf("%d replays (%v), want none", replays, err)
 	}
 }
+
+// A redrive holds each payload it replays (the original's, the replay's,
+// the answer's): one call replays at most RedriveBytes of them, and the
+// rest are left for the next call, each replayed once in the end.
+func TestARedriveReplaysABoundedSizeOfPayloadsACall(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	big := strings.Repeat("x", store.RedriveBytes/3+1) // three would pass the bound
+	const n = 5
+	for range n {
+		j := createJob(t, st, withSource("big"), func(j *dispatch.Job) { j.Payload = big })
+		errorJob(t, st, j.ID, now())
+	}
+	filter := dispatch.JobFilter{Source: "big", Statuses: []dispatch.Status{dispatch.StatusError}}
+	seen := map[int64]bool{}
+	for call := 0; len(seen) < n; call++ {
+		if call == n {
+			t.Fatalf("after %d calls %d of %d replayed", call, len(seen), n)
+		}
+		res, err := st.ReplayJobs(t.Context(), filter, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) == 0 || len(res.Jobs) > 2 {
+			t.Fatalf("call %d replayed %d jobs of %d bytes, want 1 or 2 (at most %d bytes)", call, len(res.Jobs), len(big), store.RedriveBytes)
+		}
+		for _, j := range res.Jobs {
+			if seen[j.ReplayOf] || j.Payload != big {
+				t.Errorf("original %d replayed again, or with another payload", j.ReplayOf)
+			}
+			seen[j.ReplayOf] = true
+		}
+	}
+}

@@ -61,8 +61,13 @@ func (s *Store) replayOf(ctx context.Context, orig dispatch.Job) (*dispatch.Job,
 	return &n, nil
 }
 
+// redriveBytes bounds the payloads one redrive replays (and answers with):
+// a thousand dead letters of a megabyte each would hold gigabytes.
+const redriveBytes = 8 << 20
+
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
-// redrive), oldest first, in one transaction. It returns the new jobs, and
+// redrive), oldest first, in one transaction, and at most redriveBytes of
+// their payloads (at least one job): a caller repeats it for the rest. It returns the new jobs, and
 // the matching jobs it cannot replay (their credentials were deleted), each
 // with its reason: those are reported, not counted against limit, and never
 // stop the rest.
@@ -122,8 +127,27 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		if err != nil {
 			return err
 		}
-		origs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dispatch.Job, error) { return scanJob(r) })
-		if err != nil {
+		// At most redriveBytes of payloads a call: each is held here, in its
+		// replay and in the answer. The rest stay dead letters for the
+		// next call.
+		var (
+			origs []dispatch.Job
+			held  int
+		)
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			if len(origs) > 0 && held+len(j.Payload) > redriveBytes {
+				break
+			}
+			held += len(j.Payload)
+			origs = append(origs, j)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		var replays []*dispatch.Job
