@@ -56,6 +56,15 @@ func storeOver(t *testing.T, pool *pgxpool.Pool, sealer *store.Sealer) *store.St
 	return st
 }
 
+// keyedReplicas returns two Stores (two API replicas) sealing under one
+// key over one database, and its pool.
+func keyedReplicas(t *testing.T) (a, b *store.Store, pool *pgxpool.Pool) {
+	t.Helper()
+	key := newKey(t)
+	a, pool = setupKeyed(t, key)
+	return a, storeOver(t, pool, newSealer(t, key, nil)), pool
+}
+
 func createCredentials(t *testing.T, st *store.Store) dispatch.Credentials {
 	t.Helper()
 	c := dispatch.Credentials{BearerToken: bearer, SigningSecret: secret, Algorithm: dispatch.AlgorithmHMACSHA256, SignatureScheme: "FLOWCATALYST",

@@ -16,9 +16,7 @@ import (
 // as its cached copy lasted (a minute).
 func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
 	t.Parallel()
-	key := newKey(t)
-	a, pool := setupKeyed(t, key)
-	b := storeOver(t, pool, newSealer(t, key, nil))
+	a, b, pool := keyedReplicas(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); b.WatchCredentials(ctx, slog.New(slog.DiscardHandler)) }()

@@ -13,9 +13,7 @@ import (
 // receivers that already switched to it keep verifying.
 func TestRotateCredentialsAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	key := newKey(t)
-	a, pool := setupKeyed(t, key)
-	b := storeOver(t, pool, newSealer(t, key, nil))
+	a, b, _ := keyedReplicas(t)
 	c := createCredentials(t, a)
 	getCredentials(t, b, c.ID) // B caches the original secret
 
