@@ -218,7 +218,15 @@ type Config struct {
 }
 
 // Load reads the configuration through getenv and reports every problem.
-func Load(getenv func(string) string) (Config, error) {
+//
+// Load checks the secrets of every command (as `dispatch all` needs them);
+// LoadFor only those command reads.
+func Load(getenv func(string) string) (Config, error) { return LoadFor("all", getenv) }
+
+// LoadFor is Load for command ("api", "router", "all", "migrate" or
+// "rekey"): a secret it never reads is not required, so a router is not
+// given the encryption key nor the API's tokens only to start.
+func LoadFor(command string, getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
 		DatabaseURL:              r.str("DATABASE_URL", DefaultDatabaseURL),
@@ -313,16 +321,20 @@ func Load(getenv func(string) string) (Config, error) {
 		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
 	}
 	if !c.Insecure {
-		if len(c.APITokens) == 0 {
+		reads := func(name string) bool {
+			s, ok := settingNamed(name)
+			return ok && s.ReadBy(command)
+		}
+		if reads("DISPATCH_API_TOKENS") && len(c.APITokens) == 0 {
 			r.fail("DISPATCH_API_TOKENS", "is required unless DISPATCH_INSECURE=true")
 		}
-		if c.AdminToken == "" {
+		if reads("DISPATCH_ADMIN_TOKEN") && c.AdminToken == "" {
 			r.fail("DISPATCH_ADMIN_TOKEN", "is required unless DISPATCH_INSECURE=true")
 		}
-		if c.InternalToken == "" {
+		if reads("DISPATCH_INTERNAL_TOKEN") && c.InternalToken == "" {
 			r.fail("DISPATCH_INTERNAL_TOKEN", "is required unless DISPATCH_INSECURE=true")
 		}
-		if c.EncryptionKey == nil && getenv("DISPATCH_ENCRYPTION_KEY") == "" {
+		if reads("DISPATCH_ENCRYPTION_KEY") && c.EncryptionKey == nil && getenv("DISPATCH_ENCRYPTION_KEY") == "" {
 			r.fail("DISPATCH_ENCRYPTION_KEY", "is required unless DISPATCH_INSECURE=true (generate one with: openssl rand -base64 32)")
 		}
 	}

@@ -223,6 +223,16 @@ func (s Setting) ReadBy(command string) bool {
 	return false
 }
 
+// settingNamed returns the setting called name.
+func settingNamed(name string) (Setting, bool) {
+	for _, s := range Settings {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
 // SettingsFor returns the settings command reads, in table order.
 func SettingsFor(command string) []Setting {
 	var out []Setting

@@ -222,7 +222,7 @@ func runConfig(args, environ []string, stdout io.Writer) error {
 	}
 	environ = append(environ, overrides...)
 	getenv := envLookup(environ)
-	cfg, err := config.Load(getenv)
+	cfg, err := config.LoadFor(scope, getenv)
 	if unknown := config.CheckUnknown(environ); unknown != nil {
 		if err == nil {
 			err = fmt.Errorf("invalid configuration:\n%w", unknown)

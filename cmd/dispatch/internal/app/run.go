@@ -92,7 +92,7 @@ func Run(ctx context.Context, args []string, environ []string, stdout, stderr io
 	}
 	environ = append(environ, overrides...) // flags override the environment
 	getenv = envLookup(environ)
-	cfg, err := config.Load(getenv)
+	cfg, err := config.LoadFor(cmd, getenv)
 	if unknown := config.CheckUnknown(environ); unknown != nil {
 		if err == nil {
 			err = fmt.Errorf("invalid configuration:\n%w", unknown)
