@@ -3,6 +3,7 @@ package dispatch
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -123,6 +124,21 @@ func (a AlertDue) Job() *Job {
 		IdempotencyKey: a.Key,
 		Metadata:       map[string]string{"alertDestinationId": FormatID(a.Destination.ID), "alertCount": fmt.Sprint(a.Count)},
 	}
+}
+
+// TargetIsSecret reports whether j's target URL is itself a secret: an
+// alert to a Slack incoming webhook (an alert job without credentials),
+// whose URL is what posts to the channel. Such a target is shown, and
+// traced, as its host only (ShowHost).
+func (j Job) TargetIsSecret() bool { return j.Source == AlertSource && j.CredentialsID == 0 }
+
+// ShowHost renders a URL as its scheme and host, the rest replaced by "/…".
+func ShowHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "…"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
 }
 
 // CheckAlertKind notes the problems of an alert destination's kind (set:

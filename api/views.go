@@ -79,10 +79,10 @@ func viewJob(j dispatch.Job) jobView {
 		ReplayOf: idOrEmpty(j.ReplayOf), EventID: idOrEmpty(j.EventID), SubscriptionID: idOrEmpty(j.SubscriptionID), CreatedAt: fmtTime(j.CreatedAt), UpdatedAt: fmtTime(j.UpdatedAt),
 		QueueURL: j.QueueURL, PoolCode: j.PoolCode,
 	}
-	if j.Source == dispatch.AlertSource && j.CredentialsID == 0 {
+	if j.TargetIsSecret() {
 		// An alert to a Slack incoming webhook: its URL is the secret that
 		// posts to the channel, and only admins read alert destinations.
-		v.TargetURL = withoutPath(j.TargetURL)
+		v.TargetURL = dispatch.ShowHost(j.TargetURL)
 	}
 	if j.Status == dispatch.StatusFailed || j.Status == dispatch.StatusPending {
 		v.NextAttemptAt = fmtTimePtr(j.NextAttemptAt)
@@ -357,14 +357,4 @@ func cursorParam(q url.Values, p *dispatch.Problems) int64 {
 		p.Add("before", "must be an id, as nextBefore gives it")
 	}
 	return id
-}
-
-// withoutPath is a URL's scheme and host, its path, query and fragment
-// replaced by "/…".
-func withoutPath(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "…"
-	}
-	return u.Scheme + "://" + u.Host + "/…"
 }

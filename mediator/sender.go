@@ -340,7 +340,8 @@ func cleanText(b []byte) string {
 // startSpan starts one attempt's HTTP client span (OpenTelemetry's HTTP
 // client conventions), linked to the span that created the job: each
 // attempt of a retried job is its own span of the job's trace. url.full
-// leaves out the query, which may hold a token.
+// leaves out the query, which may hold a token, and the path of a target
+// that is a secret (Job.TargetIsSecret).
 func (s *Sender) startSpan(ctx context.Context, j *dispatch.Job) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		attribute.String("http.request.method", http.MethodPost),
@@ -349,7 +350,11 @@ func (s *Sender) startSpan(ctx context.Context, j *dispatch.Job) (context.Contex
 		attribute.Int("dispatch.attempt", j.AttemptCount),
 	}
 	if u, err := url.Parse(j.TargetURL); err == nil {
-		attrs = append(attrs, attribute.String("url.full", u.Scheme+"://"+u.Host+u.EscapedPath()),
+		full := u.Scheme + "://" + u.Host + u.EscapedPath()
+		if j.TargetIsSecret() {
+			full = dispatch.ShowHost(j.TargetURL) // the path is the secret
+		}
+		attrs = append(attrs, attribute.String("url.full", full),
 			attribute.String("server.address", u.Hostname()))
 		if port, err := strconv.Atoi(u.Port()); err == nil {
 			attrs = append(attrs, attribute.Int("server.port", port))

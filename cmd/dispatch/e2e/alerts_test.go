@@ -88,8 +88,9 @@ func slackTexts(t *testing.T, rc *receiver) []string {
 
 func TestDisabledSubscriptionAlertsEachDestinationOnce(t *testing.T) {
 	t.Parallel()
+	otlp := newOTLPReceiver(t) // a Slack URL is a secret: no span may carry it
 	in := start(t, "all", map[string]string{"DISPATCH_SUBSCRIPTION_DISABLE_AFTER": "1s", "DISPATCH_REQUEUE_AFTER": "4s",
-		"DISPATCH_ALERT_WINDOW": "2s"})
+		"DISPATCH_ALERT_WINDOW": "2s", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.URL})
 	hook, slack := newReceiver(t, nil), newReceiver(t, nil)
 	const secret = "alert-signing-secret-0123456789"
 	in.alertDestination(map[string]any{"name": "ops webhook", "kind": "webhook", "url": hook.URL,
@@ -106,6 +107,12 @@ func TestDisabledSubscriptionAlertsEachDestinationOnce(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("webhook got %d, slack %d alerts; alert jobs %+v", hook.count(), slack.count(), in.alertJobs("subscription.disabled"))
 	})
+	// The Slack delivery's span names its host, not its secret path.
+	eventually(t, 30*time.Second, func() bool { return len(otlp.withAttr("url.full", slack.URL+"/…")) > 0 },
+		func() string { return "no span of the Slack alert's delivery" })
+	if leaks := otlp.withAttrContaining("/services/T0/B0/x"); len(leaks) > 0 {
+		t.Errorf("%d spans carry the Slack URL's secret path", len(leaks))
+	}
 	// Signed with the destination's credentials, and saying which.
 	got := hook.snapshot()[0]
 	if err := (webhook.Verifier{Secrets: []string{secret}}).Verify(got.header, []byte(got.body)); err != nil {

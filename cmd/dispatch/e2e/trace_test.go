@@ -89,6 +89,23 @@ func (o *otlpReceiver) withAttr(key, value string) []*tracepb.Span {
 	return out
 }
 
+// withAttrContaining returns the spans received so far with an attribute
+// whose string value holds part.
+func (o *otlpReceiver) withAttrContaining(part string) []*tracepb.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*tracepb.Span
+	for _, s := range o.spans {
+		for _, a := range s.GetAttributes() {
+			if strings.Contains(a.GetValue().GetStringValue(), part) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func attr(s *tracepb.Span, key string) string {
 	for _, a := range s.GetAttributes() {
 		if a.GetKey() == key {
