@@ -304,8 +304,14 @@ func MaskDatabaseURL(raw string) string {
 			u.User = url.UserPassword(u.User.Username(), "****")
 		}
 		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "****")
+		masked := false
+		for _, k := range []string{"password", "sslpassword"} { // sslpassword: the client key's passphrase
+			if q.Has(k) {
+				q.Set(k, "****")
+				masked = true
+			}
+		}
+		if masked {
 			u.RawQuery = q.Encode()
 		}
 		return strings.ReplaceAll(u.String(), "%2A%2A%2A%2A", "****")

@@ -132,6 +132,8 @@ func TestMaskHidesSecrets(t *testing.T) {
 		{db, "host=db user=app password=s3cret dbname=dispatch", "host=db user=app password=**** dbname=dispatch", "s3cret"},
 		{db, "host=db password='s3 cret' dbname=dispatch", "host=db password=**** dbname=dispatch", "s3 cret"},
 		{db, "postgres://postgres@127.0.0.1:5432/dispatch", "postgres://postgres@127.0.0.1:5432/dispatch", ""},
+		{db, "postgres://app@db/dispatch?sslkey=/k.pem&sslmode=verify-full&sslpassword=hunter2", "postgres://app@db/dispatch?sslkey=%2Fk.pem&sslmode=verify-full&sslpassword=****", "hunter2"},
+		{db, "host=db user=app sslpassword=hunter2 dbname=dispatch", "host=db user=app sslpassword=**** dbname=dispatch", "hunter2"},
 		// Go's URL parser refuses these; pgx connects with the first.
 		{db, "postgres://app:Xy#9k!pQ@db.internal:5432/dispatch", "postgres://app:****@db.internal:5432/dispatch", "Xy#9k"},
 		{db, "postgres://app:p%zz/w@db:notaport/x", "postgres://app:****@db:notaport/x", "p%zz"},
