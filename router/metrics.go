@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"io"
@@ -173,8 +174,12 @@ func (r *Router) Handler(metrics http.Handler) http.Handler {
 func (r *Router) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		if r.cfg.AdminToken != "" {
-			token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(r.cfg.AdminToken)) != 1 {
+			// As the API checks it: the scheme in any case (RFC 9110
+			// §11.1), and hashes compared, so the time taken says nothing
+			// of the token's length either.
+			scheme, token, _ := strings.Cut(req.Header.Get("Authorization"), " ")
+			got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(r.cfg.AdminToken))
+			if !strings.EqualFold(scheme, "Bearer") || token == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch router"`)
 				writeError(w, http.StatusUnauthorized, dispatch.EUnauthorized, "the admin token (DISPATCH_ADMIN_TOKEN) is required")
 				return

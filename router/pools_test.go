@@ -253,6 +253,14 @@ func TestPoolsChangeOverTheListener(t *testing.T) {
 			t.Errorf("reload with token %q: %d, want 401", token, code)
 		}
 	}
+	// The scheme is read in any case, as the API reads it (RFC 9110 §11.1).
+	req, _ := http.NewRequest("POST", srv.URL+"/monitoring/reload", nil)
+	req.Header.Set("Authorization", "bearer "+admin)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("reload with the scheme in lower case: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	code, body := call(t, "PUT", srv.URL+"/monitoring/pools/DISPATCH-POOL", admin, `{"concurrency": 5, "rateLimitPerMinute": 120}`)
 	var st router.PoolStats
 	_ = json.Unmarshal([]byte(body), &st)
