@@ -384,11 +384,13 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	// Whether delivery falls behind: the backlog from the database (the
 	// router alone has none) and the queue's depth, read at each scrape.
+	// Scrapes close together share one read of each (sharedRead).
 	var backlog func(context.Context, time.Time) (dispatch.Backlog, error)
 	if st != nil {
-		backlog = st.Backlog
+		shared := sharedRead(scrapeShare, time.Now, func(ctx context.Context) (dispatch.Backlog, error) { return st.Backlog(ctx, time.Now()) })
+		backlog = func(ctx context.Context, _ time.Time) (dispatch.Backlog, error) { return shared(ctx) }
 	}
-	if err := a.reg.Register(newBacklogCollector(backlog, totalDepth(queues))); err != nil {
+	if err := a.reg.Register(newBacklogCollector(backlog, sharedRead(scrapeShare, time.Now, totalDepth(queues)))); err != nil {
 		return err
 	}
 
@@ -477,7 +479,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 		g.Go(func() error { return alerts.Run(gctx) })
 		g.Go(func() error { return st.RunHistory(gctx, a.history(), a.log) })
 		g.Go(func() error { st.WatchCredentials(gctx, a.log); return nil })
-		if err := a.reg.Register(newStorageCollector(st.Storage)); err != nil {
+		if err := a.reg.Register(newStorageCollector(sharedRead(scrapeShare, time.Now, st.Storage))); err != nil {
 			return err
 		}
 	}
