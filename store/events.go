@@ -93,7 +93,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 				queue_url, pool_code
 			FROM dispatch_subscription
 			WHERE status = 'ACTIVE' AND event_types && $1 AND filter <@ $2
-			ORDER BY id`, dispatch.MatchKeys(e.Type), metadata)
+			ORDER BY id LIMIT $3`, dispatch.MatchKeys(e.Type), metadata, limit+1)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 		)
 		for rows.Next() {
 			if matched++; matched > limit {
-				continue
+				break // one past the limit: the event is refused
 			}
 			if err := rows.Scan(&id, &key, &url, &hdrs, &creds, &maxRetries, &retries, &queue, &pool); err != nil {
 				rows.Close()
@@ -117,10 +117,18 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 			}
 			fan.add(s.NewID(), id, g, url, hdrs, creds, maxRetries, retries, queue, pool)
 		}
+		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
 		if matched > limit {
+			// Counted, not read: a refusal no longer streams every match's
+			// row (ten thousand matches, ten thousand rows) to say how many.
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_subscription
+				WHERE status = 'ACTIVE' AND event_types && $1 AND filter <@ $2`,
+				dispatch.MatchKeys(e.Type), metadata).Scan(&matched); err != nil {
+				return err
+			}
 			return s.fanoutRefused(matched, len(e.Data))
 		}
 		if len(fan.subIDs) == 0 {
