@@ -116,6 +116,9 @@ const CountLimit = 10_000
 type ReplayResult struct {
 	Jobs   []Job
 	Failed []ReplayFailure
+	// More: the redrive stopped at its payload budget with more of the
+	// jobs it took left for the next call.
+	More bool
 }
 
 // ReplayFailure is one job a bulk replay could not replay.

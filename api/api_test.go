@@ -665,7 +665,9 @@ func TestReplayJobsBulk(t *testing.T) {
 	if !slices.Equal(fields, []string{"limit", "status"}) {
 		t.Errorf("a redrive with a body: fields %v, want [limit status]", fields)
 	}
-	f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=true", "{}").want(t, http.StatusOK)
+	for _, empty := range []string{"{}", "{ }", "{\n}"} {
+		f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=true", empty).want(t, http.StatusOK)
+	}
 
 	var out struct {
 		Replayed int   `json:"replayed"`

@@ -308,7 +308,7 @@ func (s *Server) replayJobs(c *gin.Context) {
 	if len(res.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(res.Jobs)))
 	}
-	c.JSON(http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed})
+	c.JSON(http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed, "more": res.More})
 }
 
 func (s *Server) pathID(c *gin.Context) (int64, bool) {
@@ -341,13 +341,16 @@ func parsePaging(q url.Values) (dispatch.JobFilter, int, int, error) {
 // redrive would select other jobs than the caller meant. Nothing, or an
 // empty object, is no body.
 func noBody(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 || string(b) == "{}" {
+	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
 	var p dispatch.Problems
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(b, &fields) != nil || len(fields) == 0 {
+	err := json.Unmarshal(b, &fields)
+	if err == nil && len(fields) == 0 {
+		return nil // {}
+	}
+	if err != nil {
 		p.Add("body", "must be empty: the redrive's filters and limit go in the query string (?status=ERROR&limit=100)")
 		return p.Err()
 	}

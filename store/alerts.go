@@ -32,6 +32,11 @@ func (s *Store) CreateAlertDestination(ctx context.Context, d *dispatch.AlertDes
 			d.ID, dispatch.AlertKinds)
 		return err
 	})
+	if pgCode(err) == foreignKeyViolation { // its credentials were deleted since the check
+		var p dispatch.Problems
+		p.Add("credentialsId", "credentials %d do not exist", d.CredentialsID)
+		return p.Err()
+	}
 	if err != nil {
 		return fmt.Errorf("store: create alert destination: %w", err)
 	}

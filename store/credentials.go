@@ -441,7 +441,10 @@ func (s *Store) CheckKey(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("store: check encryption key: %w", err)
 	}
-	if failed > 0 {
+	switch {
+	case failed == 1:
+		return fmt.Errorf("%w (credentials %d)", firstErr, first)
+	case failed > 1:
 		return fmt.Errorf("%w (credentials %d, and %d more)", firstErr, first, failed-1)
 	}
 	return nil

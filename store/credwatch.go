@@ -13,6 +13,10 @@ import (
 // with their id, by a trigger, when it commits (migration 024).
 const credentialsChannel = "dispatch_credentials"
 
+// watchPing is how long the watch waits for a notification before it
+// checks that its connection is alive.
+const watchPing = 30 * time.Second
+
 // watchAppName names the watcher's connection in pg_stat_activity.
 const watchAppName = "dispatch credentials watch"
 
@@ -62,7 +66,20 @@ func (s *Store) listenCredentials(ctx context.Context) error {
 	s.invalidateCredentials(0) // what changed before this LISTEN was not heard
 	s.credsLive.Store(true)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		// A connection that died without a word (an idle timeout on the
+		// way, a failover) would leave the cache trusted and deaf: after a
+		// quiet watchPing the connection is pinged.
+		wait, cancel := context.WithTimeout(ctx, watchPing)
+		n, err := conn.WaitForNotification(wait)
+		cancel()
+		if err != nil && ctx.Err() == nil && wait.Err() != nil {
+			ping, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = conn.Ping(ping)
+			cancel()
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return err
 		}

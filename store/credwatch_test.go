@@ -47,6 +47,12 @@ func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
 	}
 	waitUntil(t, secretOnB("whsec_while_cut"), "replica B signing with the secret rotated while its watch was cut")
 	waitUntil(t, func() bool { return store.CredentialsWatchLive(b) }, "replica B's watch listening again")
+	// Listening again, B uses its cache again: what it held from before the
+	// cut (the first rotation's secret) was dropped, since the change made
+	// meanwhile was not heard.
+	if !secretOnB("whsec_while_cut")() {
+		t.Errorf("listening again, replica B signs with a secret from before the cut")
+	}
 
 	if err := a.DeleteCredentials(t.Context(), c.ID); err != nil {
 		t.Fatal(err)

@@ -129,7 +129,9 @@ func (s *Store) publishEventOnce(ctx context.Context, e *dispatch.Event, data an
 				dispatch.MatchKeys(e.Type), metadata).Scan(&matched); err != nil {
 				return err
 			}
-			return s.fanoutRefused(matched, len(e.Data))
+			// The count's snapshot is later than the read's: a
+			// subscription disabled between them does not undo the refusal.
+			return s.fanoutRefused(max(matched, limit+1), len(e.Data))
 		}
 		if len(fan.subIDs) == 0 {
 			out.Jobs = []dispatch.EventJob{}

@@ -249,5 +249,8 @@ func TestARedriveReplaysABoundedSizeOfPayloadsACall(t *testing.T) {
 			}
 			seen[j.ReplayOf] = true
 		}
+		if left := len(seen) < n; res.More != left {
+			t.Errorf("call %d: more = %v with %d of %d replayed", call, res.More, len(seen), n)
+		}
 	}
 }

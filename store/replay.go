@@ -66,8 +66,10 @@ func (s *Store) replayOf(ctx context.Context, orig dispatch.Job) (*dispatch.Job,
 const redriveBytes = 8 << 20
 
 // ReplayJobs replays up to limit terminal jobs matching f (dead-letter
-// redrive), oldest first, in one transaction, and at most redriveBytes of
-// their payloads (at least one job): a caller repeats it for the rest. It returns the new jobs, and
+// redrive), the oldest it finds, in one transaction, and at most
+// redriveBytes of their payloads (at least one job; More says when it
+// stopped there): a caller repeats it for the rest. The replays are
+// written group by group, each group's in its places' order. It returns the new jobs, and
 // the matching jobs it cannot replay (their credentials were deleted), each
 // with its reason: those are reported, not counted against limit, and never
 // stop the rest.
@@ -141,6 +143,7 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 				return err
 			}
 			if len(origs) > 0 && held+len(j.Payload) > redriveBytes {
+				out.More = true
 				break
 			}
 			held += len(j.Payload)
@@ -183,7 +186,7 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 	switch pgCode(err) {
 	case "57014": // query_canceled: the statement timeout of browseSettings
 		return dispatch.ReplayResult{}, dispatch.Errorf(dispatch.EUnavailable,
-			"the redrive took longer than %s (its jobs' groups may be held by another redrive); nothing was replayed: try again, or narrow it", ReadTimeout)
+			"a statement of the redrive took longer than %s (a selection too wide, or another redrive holding its jobs' groups); nothing was replayed: try again, or narrow it", ReadTimeout)
 	case "40P01": // deadlock_detected
 		return dispatch.ReplayResult{}, dispatch.Errorf(dispatch.EUnavailable, "the redrive met another one; nothing was replayed: try again")
 	}
