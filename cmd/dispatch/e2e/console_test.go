@@ -313,11 +313,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("window.__xss = %s: hostile markup ran", x)
 	}
 
-	// Replay it: a new job that replays this one.
-	b.do("replay", chromedp.Click(chromedp.ID("replay")))
+	// Replay it: a new job that replays this one. A double click is one
+	// replay: the button waits for the first.
+	jobsBefore := in.countAll()
+	b.do("settle before the replay")
+	eval[bool](b, `(() => { const r = document.getElementById('replay'); r.click(); r.click(); return r.disabled; })()`)
 	b.waitFor("the replay's page", `location.hash.startsWith('#/jobs/') && location.hash !== `+quoteJS("#/jobs/"+bad)+
 		` && document.querySelector('#job-id') && document.querySelector('#job-id').textContent !== `+quoteJS(bad))
 	replayID := strings.TrimPrefix(eval[string](b, `location.hash`), "#/jobs/")
+	b.do("settle after the replay")
+	if n := in.countAll() - jobsBefore; n != 1 {
+		t.Errorf("a double click on Replay made %d jobs, want 1", n)
+	}
 	var replay struct {
 		ReplayOf string `json:"replayOf"`
 	}

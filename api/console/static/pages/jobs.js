@@ -137,10 +137,10 @@ export function jobPage(main, id) {
   function render(job, attempts, creds) {
     const actions = h('div', { class: 'actions' });
     if (job.status === 'PENDING' || job.status === 'FAILED') {
-      actions.append(h('button', { class: 'btn btn-danger', id: 'cancel', onclick: () => act('cancel') }, 'Cancel job'));
+      actions.append(h('button', { class: 'btn btn-danger', id: 'cancel', onclick: (e) => act('cancel', e.currentTarget) }, 'Cancel job'));
     }
     if (['COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED'].includes(job.status)) {
-      actions.append(h('button', { class: 'btn btn-primary', id: 'replay', onclick: () => act('replay') }, 'Replay'));
+      actions.append(h('button', { class: 'btn btn-primary', id: 'replay', onclick: (e) => act('replay', e.currentTarget) }, 'Replay'));
     }
     const row = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '—' : v)];
     const kv = (obj, id) => Object.keys(obj).length
@@ -173,7 +173,10 @@ export function jobPage(main, id) {
         h('pre', { class: 'code', id: 'payload' }, prettyPayload(job.payload))),
       h('div', { class: 'card' }, h('h3', {}, `Attempts (${attempts.length})`), timeline(attempts)));
   }
-  async function act(what) {
+  // act replays or cancels the job; its button stays disabled meanwhile,
+  // so a double click is one replay, not two.
+  async function act(what, button) {
+    if (button) button.disabled = true;
     try {
       const j = await api.post(`/api/dispatch/jobs/${encodeURIComponent(id)}/${what}`);
       if (what === 'replay') {
@@ -185,6 +188,8 @@ export function jobPage(main, id) {
       }
     } catch (e) {
       main.prepend(errorBox(e));
+    } finally {
+      if (button) button.disabled = false;
     }
   }
   load();
