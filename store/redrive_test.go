@@ -254,3 +254,29 @@ func TestARedriveReplaysABoundedSizeOfPayloadsACall(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter older than the retention is left alone by a redrive. It is
+// kept only while its partition holds a live job; its replay, made later in
+// a later partition, may have gone with that partition already, and the
+// redrive would then send it again, as old as it is.
+func TestARedriveLeavesDeadLettersPastTheRetention(t *testing.T) {
+	t.Parallel()
+	retention := 24 * time.Hour
+	st, _, dbURL := storetest.New(t, store.Options{NodeID: 1, Retention: retention})
+	if err := store.StartHistoryAt(t.Context(), st, time.Now().Add(-72*time.Hour), 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	twoDaysAgo := secondStore(t, dbURL, store.Options{NewID: skewedIDs(2, -48*time.Hour)})
+	old := createJob(t, twoDaysAgo, withSource("aged"))
+	errorJob(t, st, old.ID, now())
+	recent := createJob(t, st, withSource("aged"))
+	errorJob(t, st, recent.ID, now())
+	filter := dispatch.JobFilter{Source: "aged", Statuses: []dispatch.Status{dispatch.StatusError}}
+	if n, err := st.CountReplayable(t.Context(), filter); err != nil || n != 1 {
+		t.Errorf("dry run: %d, %v; want only the dead letter within the retention", n, err)
+	}
+	res, err := st.ReplayJobs(t.Context(), filter, 10)
+	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ReplayOf != recent.ID {
+		t.Fatalf("redrive: %+v, %v; want only %d replayed", res.Jobs, err, recent.ID)
+	}
+}

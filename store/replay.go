@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,7 +83,7 @@ const redriveBytes = 8 << 20
 // redrives split the dead letters between them; the second answers only
 // with what it replayed itself, possibly nothing.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
-	where, args := replayableWhere(f)
+	where, args := s.replayableWhere(f)
 	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
 	var out dispatch.ReplayResult
@@ -200,11 +201,19 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 }
 
 // replayableWhere selects the finished jobs matching f not replayed before:
-// running the same redrive twice does not deliver the same dead letters twice.
-func replayableWhere(f dispatch.JobFilter) (string, []any) {
+// running the same redrive twice does not deliver the same dead letters
+// twice. With a retention, only the jobs within it: one past it is kept
+// only while its partition holds a live job, and its replay, made later in
+// a later partition, may be gone already, so it would be redriven again,
+// as old as it is. (The bound moves by the minute, so the statement's text
+// is planned afresh once a minute at most.)
+func (s *Store) replayableWhere(f dispatch.JobFilter) (string, []any) {
 	where, args := filterWhere(f)
 	terminal := "status IN ('COMPLETED','ERROR','CANCELLED','EXPIRED') AND NOT EXISTS (" +
 		"SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)"
+	if s.retention > 0 {
+		terminal += " AND id >= " + strconv.FormatInt(IDAt(time.Now().Add(-s.retention).Truncate(time.Minute)), 10)
+	}
 	if where == "" {
 		return " WHERE " + terminal, args
 	}
@@ -214,7 +223,7 @@ func replayableWhere(f dispatch.JobFilter) (string, []any) {
 // CountReplayable counts the jobs a ReplayJobs with f would replay (without
 // its limit): the dry run of a redrive.
 func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
-	where, args := replayableWhere(f)
+	where, args := s.replayableWhere(f)
 	var n int
 	err := s.browse(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n)

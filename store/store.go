@@ -64,6 +64,9 @@ type Options struct {
 	// beyond either and stores nothing.
 	MaxFanout      int
 	MaxFanoutBytes int64
+	// Retention is DISPATCH_RETENTION (0: keep everything): a redrive
+	// leaves the jobs older than it alone.
+	Retention time.Duration
 }
 
 // Default caps of one event's fan-out: every job holds a copy of the
@@ -112,6 +115,7 @@ type Store struct {
 
 	sendLease         time.Duration
 	partitionInterval time.Duration
+	retention         time.Duration
 
 	maxFanout      int   // ACTIVE subscriptions one event may match
 	maxFanoutBytes int64 // the event's data times its matches
@@ -168,7 +172,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	// only as many as there are credentials.
 	s := &Store{pool: pool, newID: func() int64 { return node.Generate().Int64() }, sealer: opts.Sealer,
 		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease),
-		partitionInterval: cmp.Or(opts.PartitionInterval, DefaultPartitionInterval),
+		partitionInterval: cmp.Or(opts.PartitionInterval, DefaultPartitionInterval), retention: opts.Retention,
 		maxFanout:         cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
 	if opts.NewID != nil {
 		s.newID = opts.NewID

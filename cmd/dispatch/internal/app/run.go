@@ -217,7 +217,7 @@ func (a *app) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error
 	}
 	st, err := store.New(pool, store.Options{NodeID: a.cfg.NodeID, Sealer: sealer,
 		MaxFanout: a.cfg.MaxFanout, MaxFanoutBytes: a.cfg.MaxFanoutBytes, PartitionInterval: a.cfg.PartitionInterval,
-		FinishLinger: finishLinger})
+		FinishLinger: finishLinger, Retention: a.cfg.Retention})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
