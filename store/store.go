@@ -173,7 +173,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{pool: pool, newID: func() int64 { return node.Generate().Int64() }, sealer: opts.Sealer,
 		creds: cache.New(ttl, 0), sendLease: cmp.Or(opts.SendLease, DefaultSendLease),
 		partitionInterval: cmp.Or(opts.PartitionInterval, DefaultPartitionInterval), retention: opts.Retention,
-		maxFanout:         cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
+		maxFanout: cmp.Or(opts.MaxFanout, DefaultMaxFanout), maxFanoutBytes: cmp.Or(opts.MaxFanoutBytes, DefaultMaxFanoutBytes)}
 	if opts.NewID != nil {
 		s.newID = opts.NewID
 	}
