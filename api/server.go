@@ -153,12 +153,20 @@ func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *S
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: newSessions(), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+		sessions: newSessions(sessionStore(store)), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
 	if cfg.Now != nil {
 		s.now = cfg.Now
 	}
 	s.engine = s.routes()
 	return s
+}
+
+// sessionStore is store's keeping of console sessions, if it has one.
+func sessionStore(store Store) SessionStore {
+	if db, ok := store.(SessionStore); ok && store != nil {
+		return db
+	}
+	return nil
 }
 
 // Handler returns the HTTP handler.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -29,12 +30,22 @@ const (
 
 // sessions are the console's server-side sessions: the browser holds only
 // a random id in an HttpOnly, SameSite=Strict cookie; the id's hash maps to
-// the session's CSRF token and expiry here. They live in this process (a
-// restart signs operators out; with several API replicas, route the console
-// to one or sign in per replica).
+// the session's CSRF token and expiry. With a store they live in the
+// database, shared by every API replica (a request or a sign-out that
+// lands on another replica than the sign-in finds its session, and a
+// restart keeps it); without one (tests of the routes alone), in this
+// process.
 type sessions struct {
+	db   SessionStore
 	mu   sync.Mutex
 	byID map[[32]byte]session
+}
+
+// SessionStore keeps console sessions (store.Store).
+type SessionStore interface {
+	CreateSession(ctx context.Context, key []byte, csrf string, expires, now time.Time) error
+	GetSession(ctx context.Context, key []byte, now time.Time) (csrf string, expires time.Time, found bool, err error)
+	DeleteSession(ctx context.Context, key []byte) error
 }
 
 type session struct {
@@ -42,7 +53,7 @@ type session struct {
 	expires time.Time
 }
 
-func newSessions() *sessions { return &sessions{byID: map[[32]byte]session{}} }
+func newSessions(db SessionStore) *sessions { return &sessions{db: db, byID: map[[32]byte]session{}} }
 
 func randomToken() string {
 	b := make([]byte, 32)
@@ -51,9 +62,13 @@ func randomToken() string {
 }
 
 // create starts a session and returns its id (for the cookie) and CSRF token.
-func (ss *sessions) create(now time.Time) (id string, sess session) {
+func (ss *sessions) create(ctx context.Context, now time.Time) (id string, sess session, err error) {
 	id = randomToken()
 	sess = session{csrf: randomToken(), expires: now.Add(sessionTTL)}
+	key := sha256.Sum256([]byte(id))
+	if ss.db != nil {
+		return id, sess, ss.db.CreateSession(ctx, key[:], sess.csrf, sess.expires, now)
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for k, v := range ss.byID { // expired sessions go when new ones come
@@ -67,29 +82,38 @@ func (ss *sessions) create(now time.Time) (id string, sess session) {
 			break
 		}
 	}
-	ss.byID[sha256.Sum256([]byte(id))] = sess
-	return id, sess
+	ss.byID[key] = sess
+	return id, sess, nil
 }
 
-func (ss *sessions) get(id string, now time.Time) (session, bool) {
+func (ss *sessions) get(ctx context.Context, id string, now time.Time) (session, bool, error) {
+	key := sha256.Sum256([]byte(id))
+	if ss.db != nil {
+		csrf, expires, found, err := ss.db.GetSession(ctx, key[:], now)
+		return session{csrf: csrf, expires: expires}, found, err
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	key := sha256.Sum256([]byte(id))
 	sess, ok := ss.byID[key]
 	if !ok {
-		return sess, false
+		return sess, false, nil
 	}
 	if !now.Before(sess.expires) {
 		delete(ss.byID, key)
-		return sess, false
+		return sess, false, nil
 	}
-	return sess, true
+	return sess, true, nil
 }
 
-func (ss *sessions) delete(id string) {
+func (ss *sessions) delete(ctx context.Context, id string) error {
+	key := sha256.Sum256([]byte(id))
+	if ss.db != nil {
+		return ss.db.DeleteSession(ctx, key[:])
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	delete(ss.byID, sha256.Sum256([]byte(id)))
+	delete(ss.byID, key)
+	return nil
 }
 
 // fromSession authenticates a request by its console session cookie. A
@@ -101,7 +125,11 @@ func (s *Server) fromSession(c *gin.Context) (handled bool, ok bool) {
 	if err != nil || id == "" {
 		return false, false
 	}
-	sess, found := s.sessions.get(id, s.now())
+	sess, found, err := s.sessions.get(c.Request.Context(), id, s.now())
+	if err != nil {
+		s.writeError(c, err)
+		return true, false
+	}
 	if !found {
 		s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "the console session has expired; sign in again"))
 		return true, false
@@ -158,7 +186,11 @@ func (s *Server) login(c *gin.Context) {
 		}
 	}
 	s.signIns.succeeded(addr)
-	id, sess := s.sessions.create(s.now())
+	id, sess, err := s.sessions.create(c.Request.Context(), s.now())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
 		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, Expires: sess.expires})
 	c.JSON(http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires), Insecure: insecure})
@@ -168,7 +200,11 @@ func (s *Server) login(c *gin.Context) {
 // token (the page keeps it in memory only).
 func (s *Server) currentSession(c *gin.Context) {
 	id, _ := c.Cookie(sessionCookie)
-	sess, ok := s.sessions.get(id, s.now())
+	sess, ok, err := s.sessions.get(c.Request.Context(), id, s.now())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
 	if id == "" || !ok {
 		msg := "not signed in"
 		if s.cfg.AdminToken == "" && s.cfg.Insecure {
@@ -192,7 +228,10 @@ func (s *Server) logout(c *gin.Context) {
 		return
 	}
 	id, _ := c.Cookie(sessionCookie)
-	s.sessions.delete(id)
+	if err := s.sessions.delete(c.Request.Context(), id); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
 		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	c.Status(http.StatusNoContent)

@@ -1,12 +1,16 @@
 package api_test
 
 import (
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch/api"
 )
@@ -158,4 +162,35 @@ func TestSignInThrottleIgnoresUntrustedForwardedFor(t *testing.T) {
 	}
 	f.do(t, "POST", "/api/console/login", `{"token":"`+adminToken+`"}`, bearer(""), from("203.0.113.99")).
 		errorCode(t, http.StatusTooManyRequests, "too_many_requests")
+}
+
+// replica serves the API over f's database a second time: another API
+// replica behind the same load balancer.
+func (f *fixture) replica(t *testing.T) *fixture {
+	t.Helper()
+	srv := httptest.NewServer(api.New(f.store, nil, api.Config{
+		APITokens: []string{apiToken}, AdminToken: adminToken, InternalToken: internalToken,
+		Logger: slog.New(slog.DiscardHandler),
+	}, prometheus.NewRegistry()).Handler())
+	t.Cleanup(srv.Close)
+	other := *f
+	other.url = srv.URL
+	return &other
+}
+
+// A console session is every replica's: signed in on one, the console's
+// requests that land on another are served, and a sign-out there ends the
+// session everywhere. Sessions lived in each process, so without sticky
+// routing the console was refused, and a sign-out on another replica left
+// the session valid where it was made.
+func TestAConsoleSessionIsEveryReplicasSession(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	b := a.replica(t)
+	c := a.sessionCookieOf(t)
+	b.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).want(t, http.StatusOK)
+	csrf := b.csrfOf(t, c)
+	b.do(t, "POST", "/api/console/logout", "", bearer(""), cookie(c), header("X-CSRF-Token", csrf)).want(t, http.StatusNoContent)
+	a.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).want(t, http.StatusUnauthorized)
+	a.do(t, "GET", "/api/console/session", "", bearer(""), cookie(c)).want(t, http.StatusUnauthorized)
 }
