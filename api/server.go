@@ -58,6 +58,7 @@ type Store interface {
 	CreateAlertDestination(ctx context.Context, d *dispatch.AlertDestination) error
 	ListAlertDestinations(ctx context.Context) ([]dispatch.AlertDestination, error)
 	DeleteAlertDestination(ctx context.Context, id int64) error
+	SessionStore
 }
 
 // Processor decides what happens to one message pointer.
@@ -134,7 +135,7 @@ type Server struct {
 	engine    *gin.Engine
 	metrics   *apiMetrics
 	now       func() time.Time
-	sessions  *sessions
+	sessions  sessions
 	console   *console
 	signIns   *signInThrottle
 	// publicHTTPS: DISPATCH_PUBLIC_URL is https.
@@ -153,20 +154,12 @@ func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *S
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: newSessions(sessionStore(store)), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+		sessions: sessions{db: store}, console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
 	if cfg.Now != nil {
 		s.now = cfg.Now
 	}
 	s.engine = s.routes()
 	return s
-}
-
-// sessionStore is store's keeping of console sessions, if it has one.
-func sessionStore(store Store) SessionStore {
-	if db, ok := store.(SessionStore); ok && store != nil {
-		return db
-	}
-	return nil
 }
 
 // Handler returns the HTTP handler.

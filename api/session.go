@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -22,24 +21,17 @@ const (
 	sessionCookie = "dispatch_session"
 	csrfHeader    = "X-CSRF-Token"
 	sessionTTL    = 12 * time.Hour
-	maxSessions   = 10_000
 
 	// codeTooManyRequests is the error code of a throttled sign-in (429).
 	codeTooManyRequests = "too_many_requests"
 )
 
 // sessions are the console's server-side sessions: the browser holds only
-// a random id in an HttpOnly, SameSite=Strict cookie; the id's hash maps to
-// the session's CSRF token and expiry. With a store they live in the
-// database, shared by every API replica (a request or a sign-out that
-// lands on another replica than the sign-in finds its session, and a
-// restart keeps it); without one (tests of the routes alone), in this
-// process.
-type sessions struct {
-	db   SessionStore
-	mu   sync.Mutex
-	byID map[[32]byte]session
-}
+// a random id in an HttpOnly, SameSite=Strict cookie; the id's hash keys
+// the session's CSRF token and expiry in the database, so every API replica
+// serves it (a request or a sign-out that lands on another replica than
+// the sign-in finds it) and a restart keeps it.
+type sessions struct{ db SessionStore }
 
 // SessionStore keeps console sessions (store.Store).
 type SessionStore interface {
@@ -53,67 +45,32 @@ type session struct {
 	expires time.Time
 }
 
-func newSessions(db SessionStore) *sessions { return &sessions{db: db, byID: map[[32]byte]session{}} }
-
 func randomToken() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// sessionKey is what a session is stored under: its id's hash, never the id.
+func sessionKey(id string) []byte {
+	k := sha256.Sum256([]byte(id))
+	return k[:]
+}
+
 // create starts a session and returns its id (for the cookie) and CSRF token.
-func (ss *sessions) create(ctx context.Context, now time.Time) (id string, sess session, err error) {
+func (ss sessions) create(ctx context.Context, now time.Time) (id string, sess session, err error) {
 	id = randomToken()
 	sess = session{csrf: randomToken(), expires: now.Add(sessionTTL)}
-	key := sha256.Sum256([]byte(id))
-	if ss.db != nil {
-		return id, sess, ss.db.CreateSession(ctx, key[:], sess.csrf, sess.expires, now)
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for k, v := range ss.byID { // expired sessions go when new ones come
-		if !now.Before(v.expires) {
-			delete(ss.byID, k)
-		}
-	}
-	if len(ss.byID) >= maxSessions {
-		for k := range ss.byID { // a flood of logins evicts an arbitrary session, never grows memory
-			delete(ss.byID, k)
-			break
-		}
-	}
-	ss.byID[key] = sess
-	return id, sess, nil
+	return id, sess, ss.db.CreateSession(ctx, sessionKey(id), sess.csrf, sess.expires, now)
 }
 
-func (ss *sessions) get(ctx context.Context, id string, now time.Time) (session, bool, error) {
-	key := sha256.Sum256([]byte(id))
-	if ss.db != nil {
-		csrf, expires, found, err := ss.db.GetSession(ctx, key[:], now)
-		return session{csrf: csrf, expires: expires}, found, err
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	sess, ok := ss.byID[key]
-	if !ok {
-		return sess, false, nil
-	}
-	if !now.Before(sess.expires) {
-		delete(ss.byID, key)
-		return sess, false, nil
-	}
-	return sess, true, nil
+func (ss sessions) get(ctx context.Context, id string, now time.Time) (session, bool, error) {
+	csrf, expires, found, err := ss.db.GetSession(ctx, sessionKey(id), now)
+	return session{csrf: csrf, expires: expires}, found, err
 }
 
-func (ss *sessions) delete(ctx context.Context, id string) error {
-	key := sha256.Sum256([]byte(id))
-	if ss.db != nil {
-		return ss.db.DeleteSession(ctx, key[:])
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.byID, key)
-	return nil
+func (ss sessions) delete(ctx context.Context, id string) error {
+	return ss.db.DeleteSession(ctx, sessionKey(id))
 }
 
 // fromSession authenticates a request by its console session cookie. A
