@@ -36,7 +36,7 @@ func (s *Server) createAlertDestination(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, viewAlertDestination(*d))
+	writeJSON(c, http.StatusCreated, viewAlertDestination(*d))
 }
 
 func (s *Server) listAlertDestinations(c *gin.Context) {
@@ -49,7 +49,7 @@ func (s *Server) listAlertDestinations(c *gin.Context) {
 	for i, d := range ds {
 		items[i] = viewAlertDestination(d)
 	}
-	c.JSON(http.StatusOK, gin.H{"items": items})
+	writeJSON(c, http.StatusOK, gin.H{"items": items})
 }
 
 func (s *Server) deleteAlertDestination(c *gin.Context) {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1111,6 +1113,17 @@ func TestCreateJobsBatch(t *testing.T) {
 		t.Errorf("the publisher was not notified once for the batch")
 	}
 
+	// A large answer says its length up front (it is not chunked), and is
+	// the JSON alone.
+	items := make([]string, 20)
+	for i := range items {
+		items[i] = jobBody(t)
+	}
+	answer := f.do(t, "POST", "/api/dispatch/jobs/batch", `{"jobs":[`+strings.Join(items, ",")+`]}`).want(t, http.StatusOK)
+	if cl := answer.header.Get("Content-Length"); len(answer.body) < 8<<10 || cl != strconv.Itoa(len(answer.body)) || bytes.HasSuffix(answer.body, []byte("\n")) {
+		t.Errorf("answer of %d bytes came with Content-Length %q (or a trailing newline)", len(answer.body), cl)
+	}
+
 	// A problem only the store can see fails the batch and names the item
 	// by its index in the request.
 	body = `{"jobs": [{"source": ""}, ` + jobBody(t) + `, ` + jobBody(t, "credentialsId", "987654321") + `]}`
@@ -1121,7 +1134,7 @@ func TestCreateJobsBatch(t *testing.T) {
 	if !strings.Contains(e.Error.Message, "jobs[2]") {
 		t.Errorf("message %q does not name jobs[2], the item with unknown credentials", e.Error.Message)
 	}
-	if n := f.countJobs(t); n != 2 {
-		t.Errorf("%d job rows after a failed batch, want 2", n)
+	if n := f.countJobs(t); n != 22 {
+		t.Errorf("%d job rows after a failed batch, want 22", n)
 	}
 }

@@ -67,5 +67,5 @@ func (s *Server) backlog(c *gin.Context) {
 			v.Queue = &queueDepthView{Name: d.Name, Visible: d.Visible, InFlight: d.InFlight, Delayed: d.Delayed}
 		}
 	}
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }

@@ -26,7 +26,7 @@ func (s *Server) circuitBreakers(c *gin.Context) {
 			out = append(out, breakerStateView{Host: b.Host, State: b.State, ConsecutiveFailures: b.ConsecutiveFailures, OpenUntil: fmtTimePtr(b.OpenUntil)})
 		}
 	}
-	c.JSON(http.StatusOK, out)
+	writeJSON(c, http.StatusOK, out)
 }
 
 // resetCircuitBreaker closes a target host's breaker in this process.
@@ -37,5 +37,5 @@ func (s *Server) resetCircuitBreaker(c *gin.Context) {
 		return
 	}
 	s.log.Info("circuit breaker reset", "host", host)
-	c.JSON(http.StatusOK, gin.H{"host": host, "state": dispatch.BreakerClosed})
+	writeJSON(c, http.StatusOK, gin.H{"host": host, "state": dispatch.BreakerClosed})
 }

@@ -51,7 +51,7 @@ func (s *Server) createCredentials(c *gin.Context) {
 	if generated {
 		v.SigningSecret = secret // shown this once
 	}
-	c.JSON(http.StatusCreated, v)
+	writeJSON(c, http.StatusCreated, v)
 }
 
 // credentialsName reads name: trimmed, at most MaxCredentialsName
@@ -97,7 +97,7 @@ func (s *Server) getCredentials(c *gin.Context) {
 	}
 	v := viewCredentials(cr, s.now())
 	v.Usage = viewCredentialsUsage(usage[id])
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }
 
 // patchCredentials renames credentials ({"name": ...}) and replaces the
@@ -138,7 +138,7 @@ func (s *Server) patchCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewCredentials(cr, s.now()))
+	writeJSON(c, http.StatusOK, viewCredentials(cr, s.now()))
 }
 
 func (s *Server) deleteCredentials(c *gin.Context) {
@@ -194,7 +194,7 @@ func (s *Server) rotateCredentials(c *gin.Context) {
 	if generated {
 		v.SigningSecret = secret
 	}
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }
 
 // listCredentials pages through credentials, newest first; no secrets.

@@ -41,7 +41,7 @@ func (s *Server) createSubscription(c *gin.Context) {
 			out = v
 		}
 	}
-	c.JSON(http.StatusCreated, viewSubscription(out))
+	writeJSON(c, http.StatusCreated, viewSubscription(out))
 }
 
 func (s *Server) verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
@@ -103,7 +103,7 @@ func (s *Server) getSubscription(c *gin.Context) {
 	}
 	v := viewSubscription(sub)
 	v.Health = viewSubscriptionHealth(health[id])
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }
 
 // subscriptionAction answers with the subscription act returns for the
@@ -119,7 +119,7 @@ func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context
 			s.writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, viewSubscription(sub))
+		writeJSON(c, http.StatusOK, viewSubscription(sub))
 	}
 }
 
@@ -180,13 +180,13 @@ func (s *Server) publishEvent(c *gin.Context) {
 		return
 	}
 	if !created {
-		c.JSON(http.StatusOK, viewEventWithJobs(out))
+		writeJSON(c, http.StatusOK, viewEventWithJobs(out))
 		return
 	}
 	if len(out.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(out.Jobs)))
 	}
-	c.JSON(http.StatusCreated, viewEventWithJobs(out))
+	writeJSON(c, http.StatusCreated, viewEventWithJobs(out))
 }
 
 func (s *Server) getEvent(c *gin.Context) {
@@ -199,7 +199,7 @@ func (s *Server) getEvent(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewEventWithJobs(e))
+	writeJSON(c, http.StatusOK, viewEventWithJobs(e))
 }
 
 func (s *Server) searchEvents(c *gin.Context) {

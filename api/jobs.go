@@ -41,11 +41,11 @@ func (s *Server) createJob(c *gin.Context) {
 		return
 	}
 	if !created {
-		c.JSON(http.StatusOK, viewJob(out))
+		writeJSON(c, http.StatusOK, viewJob(out))
 		return
 	}
 	s.metrics.jobsCreated.Inc()
-	c.JSON(http.StatusCreated, viewJob(out))
+	writeJSON(c, http.StatusCreated, viewJob(out))
 }
 
 type batchResult struct {
@@ -97,12 +97,13 @@ func (s *Server) createJobs(c *gin.Context) {
 			return
 		}
 		n := 0
+		views := make([]jobView, len(jobs)) // one allocation, not one a job
 		for i := range jobs {
 			if jobs[i] == nil {
 				continue
 			}
-			v := viewJob(out[i])
-			results[i].Job, results[i].Status = &v, http.StatusOK
+			views[i] = viewJob(out[i])
+			results[i].Job, results[i].Status = &views[i], http.StatusOK
 			if created[i] {
 				results[i].Status = http.StatusCreated
 				n++
@@ -110,7 +111,7 @@ func (s *Server) createJobs(c *gin.Context) {
 		}
 		s.metrics.jobsCreated.Add(float64(n))
 	}
-	c.JSON(http.StatusOK, gin.H{"results": results})
+	writeJSON(c, http.StatusOK, gin.H{"results": results})
 }
 
 func (s *Server) searchJobs(c *gin.Context) {
@@ -226,7 +227,7 @@ func (s *Server) listAttempts(c *gin.Context) {
 	for i, a := range attempts {
 		out[i] = viewAttempt(a)
 	}
-	c.JSON(http.StatusOK, out)
+	writeJSON(c, http.StatusOK, out)
 }
 
 // jobAction answers with the job that act returns for the path's id:
@@ -245,7 +246,7 @@ func (s *Server) jobAction(status int, act func(Store, context.Context, int64) (
 		if status == http.StatusCreated {
 			s.metrics.jobsCreated.Inc()
 		}
-		c.JSON(status, viewJob(j))
+		writeJSON(c, status, viewJob(j))
 	}
 }
 
@@ -289,7 +290,7 @@ func (s *Server) replayJobs(c *gin.Context) {
 			s.writeError(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"dryRun": true, "matched": n, "wouldReplay": min(n, limit), "replayed": 0, "items": []jobView{}})
+		writeJSON(c, http.StatusOK, gin.H{"dryRun": true, "matched": n, "wouldReplay": min(n, limit), "replayed": 0, "items": []jobView{}})
 		return
 	}
 	res, err := s.store.ReplayJobs(c.Request.Context(), f, limit)
@@ -308,7 +309,7 @@ func (s *Server) replayJobs(c *gin.Context) {
 	if len(res.Jobs) > 0 {
 		s.metrics.jobsCreated.Add(float64(len(res.Jobs)))
 	}
-	c.JSON(http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed, "more": res.More})
+	writeJSON(c, http.StatusOK, gin.H{"dryRun": false, "replayed": len(items), "items": items, "failed": failed, "more": res.More})
 }
 
 func (s *Server) pathID(c *gin.Context) (int64, bool) {

@@ -43,7 +43,7 @@ func (s *Server) offers(c *gin.Context) {
 	if got == nil {
 		got = []handoff.Offer{}
 	}
-	c.JSON(http.StatusOK, handoff.Answer{Offers: got})
+	writeJSON(c, http.StatusOK, handoff.Answer{Offers: got})
 }
 
 // giveBack puts an offered job the router cannot finish on the queue.

@@ -46,7 +46,7 @@ func (s *Server) process(c *gin.Context) {
 		return
 	}
 	if d.Done {
-		c.JSON(http.StatusOK, dispatch.ProcessAnswer{Status: "done", JobStatus: (*string)(&d.JobStatus), Reason: d.Reason})
+		writeJSON(c, http.StatusOK, dispatch.ProcessAnswer{Status: "done", JobStatus: (*string)(&d.JobStatus), Reason: d.Reason})
 		return
 	}
 	secs := int(math.Ceil(d.RetryAfter.Seconds()))
@@ -61,5 +61,5 @@ func (s *Server) process(c *gin.Context) {
 		s.cfg.Offers.GiveBack(*handle, time.Duration(secs)*time.Second)
 		answer.GivenBack = true
 	}
-	c.JSON(http.StatusBadRequest, answer)
+	writeJSON(c, http.StatusBadRequest, answer)
 }

@@ -237,7 +237,7 @@ func (s *Server) routes() *gin.Engine {
 		s.writeErrorStatus(c, http.StatusMethodNotAllowed, dispatch.Errorf("method_not_allowed", "%s is not allowed here", c.Request.Method))
 	})
 
-	e.GET("/health/live", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "UP"}) })
+	e.GET("/health/live", func(c *gin.Context) { writeJSON(c, http.StatusOK, gin.H{"status": "UP"}) })
 	e.GET("/health/ready", s.ready)
 	if s.cfg.Metrics != nil {
 		e.GET("/metrics", gin.WrapH(s.cfg.Metrics))
@@ -324,7 +324,7 @@ func (s *Server) ready(c *gin.Context) {
 	if status != http.StatusOK {
 		checks["status"] = "DOWN"
 	}
-	c.JSON(status, checks)
+	writeJSON(c, status, checks)
 }
 
 // Route is one method and path the server serves, in OpenAPI's notation

@@ -150,7 +150,7 @@ func (s *Server) login(c *gin.Context) {
 	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
 		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, Expires: sess.expires})
-	c.JSON(http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires), Insecure: insecure})
+	writeJSON(c, http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires), Insecure: insecure})
 }
 
 // currentSession tells the console whether it is signed in, and its CSRF
@@ -170,7 +170,7 @@ func (s *Server) currentSession(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "%s", msg))
 		return
 	}
-	c.JSON(http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires),
+	writeJSON(c, http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires),
 		Insecure: s.cfg.AdminToken == "" && s.cfg.Insecure})
 }
 

@@ -83,7 +83,7 @@ func (s *Server) stats(c *gin.Context) {
 	for i, b := range st.Buckets {
 		v.Buckets[i] = viewStatsBucket(b)
 	}
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }
 
 func parseStatsQuery(q map[string][]string) (time.Duration, time.Duration, error) {
@@ -176,7 +176,7 @@ func (s *Server) monitoring(c *gin.Context) {
 			v.Breakers = append(v.Breakers, breakerView{Host: b.Host, OpenUntil: fmtTime(b.OpenUntil)})
 		}
 	}
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }
 
 type storageView struct {
@@ -212,5 +212,5 @@ func (s *Server) storage(c *gin.Context) {
 	for i, t := range st.Tables {
 		v.Tables[i] = tableStorageView{Name: t.Name, Rows: t.Rows, Bytes: t.Bytes}
 	}
-	c.JSON(http.StatusOK, v)
+	writeJSON(c, http.StatusOK, v)
 }

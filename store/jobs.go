@@ -232,8 +232,6 @@ func nothingWritten(err error) bool {
 // Nil entries (items rejected earlier) are skipped, so that results and
 // error messages keep the request's indices.
 func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error) {
-	out := make([]dispatch.Job, len(jobs))
-	created := make([]bool, len(jobs))
 	var valid []*dispatch.Job
 	var index []int
 	var refused *dispatch.Error // every item the credentials refuse, named
@@ -261,7 +259,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		return nil, nil, refused
 	}
 	if len(valid) == 0 {
-		return out, created, nil
+		return make([]dispatch.Job, len(jobs)), make([]bool, len(jobs)), nil
 	}
 	var (
 		got  []dispatch.Job
@@ -281,6 +279,11 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(valid) == len(jobs) {
+		return got, made, nil // every item stored, in order: no copy
+	}
+	out := make([]dispatch.Job, len(jobs))
+	created := make([]bool, len(jobs))
 	for k, i := range index {
 		out[i], created[i] = got[k], made[k]
 	}

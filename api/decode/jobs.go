@@ -62,9 +62,10 @@ func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems in
 	}
 	jobs := make([]*dispatch.Job, len(raw))
 	errs := make([]error, len(raw))
+	f := make(map[string]json.RawMessage, objectHint) // each item's fields in turn
 	for i, item := range raw {
-		f, ip := decodeObject(item)
-		if f == nil {
+		ip, ok := decodeInto(f, item)
+		if !ok {
 			errs[i] = ip.Err()
 			continue
 		}

@@ -412,6 +412,58 @@ func TestParseCreateJobs(t *testing.T) {
 	}
 }
 
+// Each item of a batch is read on its own: nothing one item names (a
+// field, a duplicate, an unknown name) carries over to the next.
+func TestParseCreateJobsReadsEachItemOnItsOwn(t *testing.T) {
+	full := jobBody(t, map[string]any{"groupId": "g-1", "idempotencyKey": "k-1",
+		"headers": map[string]string{"X-Tenant": "acme"}, "metadata": map[string]string{"tier": "gold"}})
+	unknown := jobBody(t, map[string]any{"colour": "blue"})
+	dup := `{"source":"orders","source":"orders","type":"t","targetUrl":"https://example.com/hook","payload":"{}"}`
+	bare := jobBody(t, nil)
+	body := []byte(`{"jobs":[` + string(full) + `,` + string(bare) + `,` + string(unknown) + `,` + bare2(bare) + `,` + dup + `,` + string(bare) + `]}`)
+	jobs, errs, err := CreateJobs(body, strict, testNow, 100)
+	if err != nil {
+		t.Fatalf("batch refused as a whole: %v", err)
+	}
+	if jobs[0] == nil || jobs[0].GroupID != "g-1" || jobs[0].Headers["X-Tenant"] != "acme" {
+		t.Fatalf("item 0: %+v, %v; want its group and headers", jobs[0], errs[0])
+	}
+	for _, i := range []int{1, 3, 5} {
+		j := jobs[i]
+		if j == nil {
+			t.Fatalf("item %d refused: %v", i, errs[i])
+		}
+		if j.GroupID != "" || j.IdempotencyKey != "" || len(j.Headers) != 0 || len(j.Metadata) != 0 {
+			t.Errorf("item %d took an earlier item's fields: group %q, key %q, headers %v, metadata %v",
+				i, j.GroupID, j.IdempotencyKey, j.Headers, j.Metadata)
+		}
+	}
+	if got := problemFields(t, errs[2]); !slices.Equal(got, []string{"colour"}) {
+		t.Errorf("item 2: problems %v, want colour only", got)
+	}
+	if got := problemFields(t, errs[4]); !slices.Equal(got, []string{"source"}) {
+		t.Errorf("item 4: problems %v, want source (given twice) only", got)
+	}
+}
+
+// bare2 is a valid item with its fields in another order.
+func bare2(b []byte) string {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(err)
+	}
+	return `{"payload":` + mustJSON(m["payload"]) + `,"targetUrl":` + mustJSON(m["targetUrl"]) +
+		`,"type":` + mustJSON(m["type"]) + `,"source":` + mustJSON(m["source"]) + `}`
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
 func TestParseCreateJobsRefusesBatch(t *testing.T) {
 	items := func(n int) string {
 		return strings.TrimSuffix(strings.Repeat(string(jobBody(t, nil))+",", n), ",")
