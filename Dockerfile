@@ -11,7 +11,7 @@ ARG VERSION=dev
 ARG COMMIT=unknown
 ARG BUILD_DATE=unknown
 # The variables live in the program's package, cmd/dispatch/internal/app.
-RUN CGO_ENABLED=0 go build -trimpath -tags nomsgpack -ldflags="-s -w -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.version=${VERSION} -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.commit=${COMMIT} -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.date=${BUILD_DATE}" -o /dispatch ./cmd/dispatch
+RUN CGO_ENABLED=0 go build -trimpath -tags nomsgpack,grpcnotrace -ldflags="-s -w -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.version=${VERSION} -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.commit=${COMMIT} -X github.com/dispatchhq/dispatch/cmd/dispatch/internal/app.date=${BUILD_DATE}" -o /dispatch ./cmd/dispatch
 
 FROM gcr.io/distroless/static:nonroot
 ARG VERSION=dev

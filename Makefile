@@ -23,7 +23,7 @@ LDFLAGS    := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X
 # pure-Go DNS resolver) and without gin's MessagePack codec (nomsgpack),
 # which dispatch never uses and which was a sixth of the binary's code; a
 # smaller binary maps fewer pages (docs/benchmarks.md, "Memory").
-GOBUILD    := CGO_ENABLED=0 go build -trimpath -tags nomsgpack
+GOBUILD    := CGO_ENABLED=0 go build -trimpath -tags nomsgpack,grpcnotrace
 
 # Settings for `make run` / `make bench`; each can be overridden from the
 # environment or the command line (make run DISPATCH_LOG_FORMAT=json).

@@ -230,8 +230,11 @@ func TestConsoleIsServedWithStrictHeaders(t *testing.T) {
 	if m := inlineStyle.FindString(string(r.body)); m != "" {
 		t.Errorf("the page has an inline handler or style: %q", m)
 	}
+	if strings.Contains(string(r.body), "{{") {
+		t.Errorf("the page holds a placeholder the server did not fill:\n%s", r.body)
+	}
 	assets := regexp.MustCompile(`(?:href|src)="(/console/static/[^"]+)"`).FindAllStringSubmatch(string(r.body), -1)
-	if len(assets) < 3 {
+	if len(assets) < 4 {
 		t.Fatalf("the page links %d assets", len(assets))
 	}
 	for _, a := range assets {

@@ -125,19 +125,33 @@ func TestVersionIsStampedByMakeBuild(t *testing.T) {
 	if strings.HasPrefix(string(out), "dispatch dev\n") {
 		t.Errorf("make build left the version at dev:\n%s", out)
 	}
-	// Built as the image is: static, and without gin's MessagePack codec
-	// (a sixth of the code, never used).
+	// Built as the image is: static, without gin's MessagePack codec (a
+	// sixth of the code, never used) and without gRPC's debug pages.
 	info, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {
 		t.Fatalf("go version -m: %v", err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-tags=nomsgpack"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-tags=nomsgpack,grpcnotrace"} {
 		if !strings.Contains(string(info), want) {
 			t.Errorf("make build's binary was not built with %s:\n%s", want, info)
 		}
 	}
 	if strings.Contains(string(info), "github.com/ugorji/go") {
 		t.Errorf("make build's binary links the MessagePack codec:\n%s", info)
+	}
+	// Nothing in it looks methods up by name (text/template does), so the
+	// linker leaves out the methods dispatch never calls, such as gin's
+	// renderers for YAML and protobuf: a third of the binary, and pages
+	// every process would map (docs/benchmarks.md, "Resident memory").
+	syms, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool nm: %v", err)
+	}
+	for _, unused := range []string{"gin-gonic/gin.(*Context).YAML", "gin-gonic/gin.(*Context).ProtoBuf", "text/template.(*state).evalField"} {
+		if strings.Contains(string(syms), unused) {
+			t.Errorf("make build's binary holds %s: something reachable looks methods up by reflection "+
+				"(go build -ldflags=-dumpdep shows what: a function marked <ReflectMethod>)", unused)
+		}
 	}
 }
 
