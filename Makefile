@@ -20,9 +20,11 @@ BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 APP_PKG    := github.com/dispatchhq/dispatch/cmd/dispatch/internal/app
 LDFLAGS    := -X $(APP_PKG).version=$(VERSION) -X $(APP_PKG).commit=$(COMMIT) -X $(APP_PKG).date=$(BUILD_DATE)
 # The service binary is built as the image builds it: static (no cgo, the
-# pure-Go DNS resolver) and without gin's MessagePack codec (nomsgpack),
-# which dispatch never uses and which was a sixth of the binary's code; a
-# smaller binary maps fewer pages (docs/benchmarks.md, "Memory").
+# pure-Go DNS resolver), without gin's MessagePack codec (nomsgpack), which
+# dispatch never uses and which was a sixth of the binary's code, and
+# without gRPC's /debug/requests pages (grpcnotrace; gRPC comes with the
+# OTLP exporter), whose html/template made the linker keep every method;
+# a smaller binary maps fewer pages (docs/benchmarks.md, "Resident memory").
 GOBUILD    := CGO_ENABLED=0 go build -trimpath -tags nomsgpack,grpcnotrace
 
 # Settings for `make run` / `make bench`; each can be overridden from the
