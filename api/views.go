@@ -35,7 +35,9 @@ func writeJSON(c *gin.Context, status int, v any) {
 		}
 	}()
 	if err := json.NewEncoder(buf).Encode(v); err != nil {
-		panic(err) // as c.JSON does: a view that cannot be encoded is a bug; recoverer answers 500
+		// A view that cannot be encoded is a bug: the recoverer logs it
+		// and answers 500 (c.JSON answered the status with no body).
+		panic(err)
 	}
 	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // Encode's newline; Marshal has none
 	h := c.Writer.Header()

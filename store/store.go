@@ -344,7 +344,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // order, each split into its up and down SQL as tern splits them. They are
 // plain SQL: tern's LoadMigrations would run each through text/template,
 // whose look-up of methods by name makes the linker keep every exported
-// method of every type in the binary (8 MB of code that never runs, and
+// method of every type in the binary (a third of it, never run, and
 // pages that count in every process's resident memory).
 func loadMigrations(m *migrate.Migrator) error {
 	sub, err := fs.Sub(migrations, "migrations")
