@@ -226,10 +226,13 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	s.trustProxies(e)
 	e.HandleMethodNotAllowed = true
-	e.Use(s.logRequests, s.recoverer, s.checkQuery) // the logger outside, so a recovered panic is logged with its 500
+	// The logger and the request's span outside the recoverer, so that a
+	// recovered panic is logged and traced with its 500 (and its span ends).
+	e.Use(s.logRequests)
 	if s.cfg.Tracer.Enabled() {
 		e.Use(s.traceRequests)
 	}
+	e.Use(s.recoverer, s.checkQuery)
 	e.NoRoute(func(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.ENotFound, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

@@ -340,20 +340,19 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 }
 
-// loadMigrations gives m the embedded migrations, in their numbered
+// loadMigrations gives m the migrations in sub (the embedded ones), in their numbered
 // order, each split into its up and down SQL as tern splits them. They are
 // plain SQL: tern's LoadMigrations would run each through text/template,
 // whose look-up of methods by name makes the linker keep every exported
 // method of every type in the binary (a third of it, never run, and
 // pages that count in every process's resident memory).
-func loadMigrations(m *migrate.Migrator) error {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
+func loadMigrations(m *migrate.Migrator, sub fs.FS) error {
 	paths, err := migrate.FindMigrations(sub)
 	if err != nil {
 		return err
+	}
+	if len(paths) == 0 {
+		return migrate.NoMigrationsFoundError{}
 	}
 	for _, p := range paths {
 		body, err := fs.ReadFile(sub, p)
@@ -361,9 +360,26 @@ func loadMigrations(m *migrate.Migrator) error {
 			return err
 		}
 		up, down, _ := strings.Cut(string(body), "---- create above / drop below ----")
-		m.AppendMigration(path.Base(p), strings.TrimSpace(up), strings.TrimSpace(down))
+		up = strings.TrimSpace(up)
+		if !holdsSQL(up) {
+			// Only comments above the marker: tern refuses it too, or the
+			// version would rise past SQL that never ran.
+			return fmt.Errorf("%s: %w", path.Base(p), migrate.ErrNoFwMigration)
+		}
+		m.AppendMigration(path.Base(p), up, strings.TrimSpace(down))
 	}
 	return nil
+}
+
+// holdsSQL reports whether sql has a line that is neither blank nor a
+// "--" comment, as tern's loader checks a migration's up section.
+func holdsSQL(sql string) bool {
+	for line := range strings.Lines(sql) {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "--") {
+			return true
+		}
+	}
+	return false
 }
 
 // migrationLockWait is the longest a migration waits for a lock (the
@@ -384,7 +400,11 @@ func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
-	if err := loadMigrations(m); err != nil {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	if err := loadMigrations(m, sub); err != nil {
 		return fmt.Errorf("store: load migrations: %w", err)
 	}
 	if err := m.Migrate(ctx); err != nil {
