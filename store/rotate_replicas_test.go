@@ -1,10 +1,11 @@
 package store_test
 
 import (
-	"github.com/dispatchhq/dispatch"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dispatchhq/dispatch"
 )
 
 // A rotation reads the current secret from the table, not from a replica's
