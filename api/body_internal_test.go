@@ -15,9 +15,11 @@ func TestABodyReservesNoMoreThanItsBytesNeed(t *testing.T) {
 		body      string
 		maxCap    int
 	}{
-		{1 << 20, "{}", readAhead + bytes.MinRead},                      // announced 1 MiB, sent 2 bytes
-		{600, strings.Repeat("x", 600), 600 + bytes.MinRead},            // a create: one allocation
-		{50 << 10, strings.Repeat("x", 50<<10), 50<<10 + bytes.MinRead}, // a batch: one allocation
+		{1 << 20, "{}", readAhead + bytes.MinRead},                         // announced 1 MiB, sent 2 bytes
+		{600, strings.Repeat("x", 600), 600 + bytes.MinRead},               // a create: one allocation
+		{50 << 10, strings.Repeat("x", 50<<10), 50<<10 + bytes.MinRead},    // a batch: one allocation
+		{300 << 10, strings.Repeat("x", 300<<10), 300<<10 + bytes.MinRead}, // a large batch: reserved whole once readAhead came, not doubled
+		{300 << 10, strings.Repeat("x", 100<<10), 300<<10 + bytes.MinRead}, // sent less than announced, past readAhead
 	} {
 		got, err := readBody(strings.NewReader(tc.body), tc.announced)
 		if err != nil || string(got) != tc.body {

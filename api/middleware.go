@@ -122,16 +122,29 @@ func (s *Server) limitBody(c *gin.Context) {
 
 const bodyKey = "dispatch.body"
 
-// readBody reads r whole. The buffer starts at the announced length
-// (Content-Length, at most MaxPayload, checked before), so that a batch's
-// body is read without io.ReadAll's doublings, but at no more than
-// readAhead: a client that announces a large body and sends nothing holds
-// only that much (the sign-in takes no token).
+// readBody reads r whole. The buffer is the announced length (Content-
+// Length, at most MaxPayload, checked before), so that a batch's body is
+// read without io.ReadAll's doublings, but no more than readAhead is
+// reserved before the body's bytes arrive: a client that announces a large
+// body and sends nothing holds only that much (the sign-in takes no token).
+// Once the first readAhead bytes have come, the rest is reserved at once.
 func readBody(r io.Reader, announced int64) ([]byte, error) {
 	if announced <= 0 {
 		return io.ReadAll(r)
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, min(announced, readAhead)+bytes.MinRead))
+	first := min(announced, readAhead)
+	buf := bytes.NewBuffer(make([]byte, 0, first+bytes.MinRead))
+	if _, err := io.CopyN(buf, r, first); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = nil // shorter than announced: the server's reader says so if it matters
+		}
+		return buf.Bytes(), err
+	}
+	if announced > first {
+		all := bytes.NewBuffer(make([]byte, 0, announced+bytes.MinRead))
+		all.Write(buf.Bytes())
+		buf = all
+	}
 	_, err := buf.ReadFrom(r)
 	return buf.Bytes(), err
 }
