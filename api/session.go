@@ -65,6 +65,9 @@ func (ss sessions) create(ctx context.Context, now time.Time) (id string, sess s
 }
 
 func (ss sessions) get(ctx context.Context, id string, now time.Time) (session, bool, error) {
+	if id == "" {
+		return session{}, false, nil // no cookie: nothing to look up
+	}
 	csrf, expires, found, err := ss.db.GetSession(ctx, sessionKey(id), now)
 	return session{csrf: csrf, expires: expires}, found, err
 }
@@ -162,7 +165,7 @@ func (s *Server) currentSession(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	if id == "" || !ok {
+	if !ok {
 		msg := "not signed in"
 		if s.cfg.AdminToken == "" && s.cfg.Insecure {
 			msg += " (insecure mode: no admin token is configured, any token signs in)"
