@@ -2,8 +2,6 @@ package api
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -23,10 +21,7 @@ import (
 // route is open only in insecure mode. Tokens are compared in constant time
 // (over their SHA-256, so lengths do not leak either) and never echoed.
 func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
-	sums := make([][32]byte, len(allowed))
-	for i, t := range allowed {
-		sums[i] = sha256.Sum256([]byte(t))
-	}
+	tokens := dispatch.NewTokens(allowed...)
 	withSession := realm != "internal"
 	return func(c *gin.Context) {
 		// The console signs in once and then sends its session cookie
@@ -39,7 +34,7 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 				return
 			}
 		}
-		if len(sums) == 0 {
+		if len(tokens) == 0 {
 			if s.cfg.Insecure {
 				c.Next()
 				return
@@ -47,19 +42,13 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 			s.writeError(c, dispatch.Errorf(dispatch.EForbidden, "no %s token is configured", realm))
 			return
 		}
-		h := c.GetHeader("Authorization")
-		scheme, token, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" { // the scheme is case-insensitive (RFC 9110 §11.1)
+		token, ok := dispatch.BearerToken(c.GetHeader("Authorization"))
+		if !ok {
 			c.Header("WWW-Authenticate", `Bearer realm="`+realm+`"`)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "a bearer token is required"))
 			return
 		}
-		got := sha256.Sum256([]byte(token))
-		match := 0
-		for _, want := range sums {
-			match |= subtle.ConstantTimeCompare(got[:], want[:])
-		}
-		if match != 1 {
+		if !tokens.Match(token) {
 			c.Header("WWW-Authenticate", `Bearer realm="`+realm+`", error="invalid_token"`)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "the bearer token is not valid for this route"))
 			return

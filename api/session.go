@@ -137,9 +137,7 @@ func (s *Server) login(c *gin.Context) {
 	}
 	insecure := s.cfg.AdminToken == "" && s.cfg.Insecure
 	if !insecure {
-		want := sha256.Sum256([]byte(s.cfg.AdminToken))
-		got := sha256.Sum256([]byte(token))
-		if s.cfg.AdminToken == "" || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+		if s.cfg.AdminToken == "" || !dispatch.NewTokens(s.cfg.AdminToken).Match(token) {
 			s.log.Warn("console sign-in refused", "remote", addr)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "that is not the admin token"))
 			return

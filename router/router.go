@@ -104,6 +104,8 @@ type Router struct {
 	def     *Pool
 	maxHeld int
 	metrics *metrics
+	// adminToken is the listener's admin token, hashed (nil: none set).
+	adminToken dispatch.Tokens
 
 	mu        sync.Mutex
 	running   bool                 // Run has started the workers
@@ -234,6 +236,9 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 		med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
 		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, groupPool: map[string]*Pool{},
 		holds: map[string]hold{}, warned: map[string]bool{}, stopped: make(chan struct{}),
+	}
+	if cfg.AdminToken != "" {
+		r.adminToken = dispatch.NewTokens(cfg.AdminToken)
 	}
 	for _, sc := range srcs {
 		if sc.Connections <= 0 {
