@@ -859,12 +859,8 @@ func IsSetting(name string) bool { return known[name] || name == "DATABASE_URL" 
 // IsSecret reports whether the setting name holds a secret (a token, a
 // key, a URL that may carry a password).
 func IsSecret(name string) bool {
-	for _, s := range Settings {
-		if s.Name == name {
-			return s.Secret
-		}
-	}
-	return false
+	s, ok := settingNamed(name)
+	return ok && s.Secret
 }
 
 // CheckUnknown reports DISPATCH_* variables that nothing reads (a typo
