@@ -38,8 +38,8 @@ func BenchmarkCreateJobsBatch(b *testing.B) {
 		req.Header.Set("Authorization", "Bearer "+apiToken)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK || strings.Count(rec.Body.String(), `"status":201`) != 100 {
-			b.Fatalf("not every job was created: %d %.300s", rec.Code, rec.Body.String())
+		if rec.Code != http.StatusOK || bytes.Count(rec.Body.Bytes(), []byte(`"status":201`)) != 100 {
+			b.Fatalf("not every job was created: %d %.300s", rec.Code, rec.Body.Bytes())
 		}
 	}
 }
