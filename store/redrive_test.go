@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,35 +231,46 @@ func TestARedriveHeldUpByItsGroupsIsUnavailable(t *testing.T) {
 // rest are left for the next call, each replayed once in the end.
 func TestARedriveReplaysABoundedSizeOfPayloadsACall(t *testing.T) {
 	t.Parallel()
-	st, _ := setup(t)
-	big := strings.Repeat("x", store.RedriveBytes/3+1) // three would pass the bound
-	const n = 5
-	for range n {
-		j := createJob(t, st, withSource("big"), func(j *dispatch.Job) { j.Payload = big })
-		errorJob(t, st, j.ID, now())
+	// Stored compressed (a tiny body) or as it is (a body of its size):
+	// either way at most the bound of payloads is replayed a call.
+	const size = store.RedriveBytes/3 + 1 // three would pass the bound
+	payloads := map[string]string{
+		"compressible": strings.Repeat("x", size),
+		"random":       randomText(size),
 	}
-	filter := dispatch.JobFilter{Source: "big", Statuses: []dispatch.Status{dispatch.StatusError}}
-	seen := map[int64]bool{}
-	for call := 0; len(seen) < n; call++ {
-		if call == n {
-			t.Fatalf("after %d calls %d of %d replayed", call, len(seen), n)
-		}
-		res, err := st.ReplayJobs(t.Context(), filter, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.Jobs) == 0 || len(res.Jobs) > 2 {
-			t.Fatalf("call %d replayed %d jobs of %d bytes, want 1 or 2 (at most %d bytes)", call, len(res.Jobs), len(big), store.RedriveBytes)
-		}
-		for _, j := range res.Jobs {
-			if seen[j.ReplayOf] || j.Payload != big {
-				t.Errorf("original %d replayed again, or with another payload", j.ReplayOf)
+	for name, big := range payloads {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := setup(t)
+			const n = 5
+			for range n {
+				j := createJob(t, st, withSource("big"), func(j *dispatch.Job) { j.Payload = big })
+				errorJob(t, st, j.ID, now())
 			}
-			seen[j.ReplayOf] = true
-		}
-		if left := len(seen) < n; res.More != left {
-			t.Errorf("call %d: more = %v with %d of %d replayed", call, res.More, len(seen), n)
-		}
+			filter := dispatch.JobFilter{Source: "big", Statuses: []dispatch.Status{dispatch.StatusError}}
+			seen := map[int64]bool{}
+			for call := 0; len(seen) < n; call++ {
+				if call == n {
+					t.Fatalf("after %d calls %d of %d replayed", call, len(seen), n)
+				}
+				res, err := st.ReplayJobs(t.Context(), filter, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Jobs) == 0 || len(res.Jobs) > 2 {
+					t.Fatalf("call %d replayed %d jobs of %d bytes, want 1 or 2 (at most %d bytes)", call, len(res.Jobs), len(big), store.RedriveBytes)
+				}
+				for _, j := range res.Jobs {
+					if seen[j.ReplayOf] || j.Payload != big {
+						t.Errorf("original %d replayed again, or with another payload", j.ReplayOf)
+					}
+					seen[j.ReplayOf] = true
+				}
+				if left := len(seen) < n; res.More != left {
+					t.Errorf("call %d: more = %v with %d of %d replayed", call, res.More, len(seen), n)
+				}
+			}
+		})
 	}
 }
 
@@ -285,4 +298,11 @@ func TestARedriveLeavesDeadLettersPastTheRetention(t *testing.T) {
 	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ReplayOf != recent.ID {
 		t.Fatalf("redrive: %+v, %v; want only %d replayed", res.Jobs, err, recent.ID)
 	}
+}
+
+// randomText is n bytes of text that does not compress.
+func randomText(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawStdEncoding.EncodeToString(b)[:n]
 }

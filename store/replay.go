@@ -123,16 +123,48 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		// held one of these locks before us, since it has committed. Each
 		// group's jobs come in their places' order, so that their replays
 		// take their places in it again (ids follow the creating replica's
-		// clock, places the commits).
-		rows, err = tx.Query(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = ANY($1)
+		// clock, places the commits). Only the payloads' sizes are read
+		// here (octet_length reads a stored value's header, not the value).
+		rows, err = tx.Query(ctx, `SELECT id, coalesce(octet_length(payload), 0) + coalesce((SELECT octet_length(p.body)
+				FROM dispatch_payload p WHERE p.job_id = dispatch_job.id), 0)
+			FROM dispatch_job WHERE id = ANY($1)
 				AND NOT EXISTS (SELECT 1 FROM dispatch_job r WHERE r.replay_of = dispatch_job.id)
 			ORDER BY group_id, seq, id`, locked)
 		if err != nil {
 			return err
 		}
+		sized, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]int64, error) {
+			var s [2]int64
+			return s, r.Scan(&s[0], &s[1])
+		})
+		if err != nil {
+			return err
+		}
 		// At most redriveBytes of payloads a call: each is held here, in its
 		// replay and in the answer. The rest stay dead letters for the
-		// next call.
+		// next call. The stored sizes bound what is read (a stored body is
+		// never larger than its payload, give or take its format byte);
+		// the payloads' own sizes bound what is kept.
+		var (
+			take   []int64
+			stored int64
+		)
+		for _, s := range sized {
+			if len(take) > 0 && stored+s[1] > redriveBytes+int64(len(take)) {
+				out.More = true
+				break
+			}
+			stored += s[1]
+			take = append(take, s[0])
+		}
+		if len(take) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = ANY($1)
+			ORDER BY group_id, seq, id`, take)
+		if err != nil {
+			return err
+		}
 		var (
 			origs []dispatch.Job
 			held  int
