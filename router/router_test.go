@@ -145,13 +145,21 @@ func (b *bundle) send(t *testing.T, group string, ids ...int) {
 
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
 	t.Helper()
+	if !within(timeout, cond) {
+		t.Fatalf("not within %s: %s", timeout, what)
+	}
+}
+
+// within reports whether cond holds within timeout, checking it every 20 ms.
+func within(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 func TestShutdownReleasesMessagesNotStarted(t *testing.T) {
@@ -209,7 +217,11 @@ func TestRetryHoldsBackTheRestOfTheGroup(t *testing.T) {
 	})
 	b.send(t, "g", 1, 2, 3)
 	b.send(t, "other", 10)
-	eventually(t, 20*time.Second, func() bool { return len(b.med.seen()) >= 5 }, "all mediated")
+	if !within(20*time.Second, func() bool { return len(b.med.seen()) >= 5 }) {
+		// Say where it stopped: the mediations so far and the queue's counts.
+		attrs, err := b.q.Attributes(context.Background())
+		t.Fatalf("not all mediated within 20 s: mediated %v; queue %v (%v); pool %+v", b.med.seen(), attrs, err, b.router.Stats())
+	}
 	calls := b.med.seen()
 	var group []string
 	for _, c := range calls {
