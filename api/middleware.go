@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -57,27 +58,69 @@ func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 	}
 }
 
-// checkQuery refuses a query string with a name or value that is not
-// valid UTF-8 or holds a NUL character, naming each such parameter: no
-// PostgreSQL text can hold them, so a search filter with one would fail
-// in the database as a 500. Request bodies are checked as they are read.
+// checkQuery refuses a query string that does not parse whole, naming
+// each parameter that does not: Go's parser drops such a pair and keeps
+// the rest, so a filter with a stray ';' or a broken escape would vanish
+// and a search, or a redrive (its dryRun too), would select more than
+// asked. It also refuses a name or value that is not valid UTF-8 or holds
+// a NUL character: no PostgreSQL text can hold them, so a search filter
+// with one would fail in the database as a 500. Request bodies are checked
+// as they are read.
 func (s *Server) checkQuery(c *gin.Context) {
-	if c.Request.URL.RawQuery == "" {
+	raw := c.Request.URL.RawQuery
+	if raw == "" {
 		return
 	}
 	var p dispatch.Problems
-	for name, vals := range c.Request.URL.Query() {
+	query, err := url.ParseQuery(raw)
+	if err != nil {
+		malformedQuery(&p, raw)
+		if len(p) == 0 {
+			// Every pair parses alone: the whole is too long (Go's
+			// urlmaxqueryparams).
+			p.Add("query", "has too many parameters: %v", err)
+		}
+	}
+	for name, vals := range query {
 		bad := !utf8.ValidString(name) || strings.ContainsRune(name, 0)
 		for _, v := range vals {
 			bad = bad || !utf8.ValidString(v) || strings.ContainsRune(v, 0)
 		}
 		if bad {
-			p.Add(strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", ""), "\uFFFD"), "must be valid UTF-8 without NUL characters")
+			p.Add(printable(name), "must be valid UTF-8 without NUL characters")
 		}
 	}
 	if err := p.Err(); err != nil {
 		s.writeError(c, err)
 	}
+}
+
+// malformedQuery notes each pair of a raw query string that url.ParseQuery
+// drops: one holding a ';' (not a separator since Go 1.17), or a name or
+// value that is not valid %-escaping.
+func malformedQuery(p *dispatch.Problems, raw string) {
+	for pair := range strings.SplitSeq(raw, "&") {
+		name, value, _ := strings.Cut(pair, "=")
+		key, nameErr := url.QueryUnescape(name)
+		if nameErr != nil {
+			key = name
+		}
+		key = printable(key)
+		switch _, valueErr := url.QueryUnescape(value); {
+		case strings.Contains(pair, ";"):
+			p.Add(key, "holds a ';', which does not separate parameters: escape it as %%3B")
+		case nameErr != nil || valueErr != nil:
+			p.Add(key, "is not valid %%-escaping")
+		}
+	}
+}
+
+// printable is a parameter's name as an answer may show it.
+func printable(name string) string {
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", ""), "\uFFFD")
 }
 
 // limitBody reads the body up to MaxPayload (413 beyond) and requires JSON
