@@ -13,11 +13,13 @@ import (
 	"syscall"
 
 	"github.com/dispatchhq/dispatch/cmd/dispatch/internal/app"
+	"github.com/dispatchhq/dispatch/cmd/dispatch/internal/procs"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go procs.Adapt(ctx, os.Getenv)
 	if err := app.Run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)

@@ -85,8 +85,9 @@ credentials:
 ## Read by the Go runtime
 
 `+"`GOMAXPROCS`, `GOGC` and `GOMEMLIMIT`"+` are read by the Go runtime, not by
-dispatch. On a small box shared with PostgreSQL, a router can run with
-`+"`GOMAXPROCS=1`"+` ([benchmarks.md](benchmarks.md)).
+dispatch. Without `+"`GOMAXPROCS`"+`, a process runs on one P while it is nearly
+idle and on the runtime's default once busy
+([adaptive-procs](decisions/adaptive-procs.md)); setting it fixes the number.
 `)
 }
 

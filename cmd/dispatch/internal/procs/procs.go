@@ -1,0 +1,97 @@
+// Package procs runs a process on one P while it is nearly idle and on the
+// runtime's default as soon as it is busy.
+//
+// A Go process with several Ps spends much of its CPU at a low, steady rate
+// on waking them: each request readies goroutines, the thread of an idle P
+// is woken to look for them (futex calls, context switches), finds little
+// and sleeps again. On one P that work is not done; under load one P is not
+// enough. See docs/decisions/adaptive-procs.md.
+package procs
+
+import (
+	"context"
+	"runtime"
+	"time"
+)
+
+// The governor's settings. Its CPU use is sampled every Sample; at Busy
+// cores or more it goes back to the default at once, and below Idle cores
+// for Quiet samples in a row it goes to one P. The band between the two
+// keeps it from flapping: on one P the same load costs less CPU than on
+// several.
+const (
+	Sample = 250 * time.Millisecond
+	Busy   = 0.5
+	Idle   = 0.3
+	Quiet  = 8
+)
+
+// Governor decides, sample by sample, how many Ps the process needs.
+type Governor struct {
+	max   int // the runtime's default
+	cur   int
+	quiet int // samples below Idle in a row
+}
+
+// NewGovernor starts at max Ps, the runtime's default.
+func NewGovernor(max int) *Governor { return &Governor{max: max, cur: max} }
+
+// Next takes the CPU use (cores) over the last sample and returns the Ps
+// for the next one: max or 1.
+func (g *Governor) Next(use float64) int {
+	switch {
+	case use >= Busy:
+		g.quiet = 0
+		g.cur = g.max
+	case use < Idle:
+		if g.quiet++; g.quiet >= Quiet {
+			g.cur = 1
+		}
+	default:
+		g.quiet = 0
+	}
+	return g.cur
+}
+
+// Adapt runs the governor until ctx ends, then gives the runtime its
+// default back. It does nothing when GOMAXPROCS is set (an operator's
+// choice stands), when the default is one P already, or where the
+// process's CPU time cannot be read.
+func Adapt(ctx context.Context, getenv func(string) string) {
+	if getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) == 1 {
+		return
+	}
+	last, ok := processCPU()
+	if !ok {
+		return
+	}
+	g := NewGovernor(runtime.GOMAXPROCS(0))
+	lastAt := time.Now()
+	t := time.NewTicker(Sample)
+	defer t.Stop()
+	defer runtime.SetDefaultGOMAXPROCS()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			cpu, ok := processCPU()
+			if !ok {
+				return
+			}
+			use := (cpu - last).Seconds() / now.Sub(lastAt).Seconds()
+			last, lastAt = cpu, now
+			was := g.cur
+			switch g.Next(use) {
+			case was:
+			case 1:
+				runtime.GOMAXPROCS(1)
+			default:
+				// The default may have moved since (a new CPU limit).
+				runtime.SetDefaultGOMAXPROCS()
+				g.max = runtime.GOMAXPROCS(0)
+				g.cur = g.max
+			}
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package procs_test
+
+import (
+	"testing"
+
+	"github.com/dispatchhq/dispatch/cmd/dispatch/internal/procs"
+)
+
+// mid is a use between idle and busy.
+const mid = (procs.Idle + procs.Busy) / 2
+
+type step struct {
+	use  float64 // cores
+	want int     // Ps
+	why  string
+}
+
+func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing.T) {
+	g := procs.NewGovernor(4)
+	steps := []step{
+		{0.9, 4, "busy: the default"},
+		{0.1, 4, "one quiet sample is not a quiet spell"},
+	}
+	for range procs.Quiet - 2 {
+		steps = append(steps, step{0.1, 4, "still within the spell"})
+	}
+	steps = append(steps, []step{
+		{0.1, 1, "a whole quiet spell: one P"},
+		{mid, 1, "between idle and busy: stays on one P"},
+		{procs.Busy, 4, "busy: back to the default at once"},
+		{mid, 4, "between idle and busy: stays on the default"},
+		{0.1, 4, "a quiet sample after a middling one starts the spell again"},
+	}...)
+	for i, s := range steps {
+		if got := g.Next(s.use); got != s.want {
+			t.Fatalf("step %d (use %.2f cores): %d Ps, want %d: %s", i, s.use, got, s.want, s.why)
+		}
+	}
+}
+
+func TestAMiddlingSampleBreaksTheQuietSpell(t *testing.T) {
+	g := procs.NewGovernor(2)
+	for i := range 3 * procs.Quiet {
+		use := 0.1
+		if i%procs.Quiet == procs.Quiet-2 {
+			use = mid
+		}
+		if got := g.Next(use); got != 2 {
+			t.Fatalf("sample %d: dropped to %d Ps although no spell of %d quiet samples ran whole", i, got, procs.Quiet)
+		}
+	}
+}
