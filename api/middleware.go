@@ -23,7 +23,10 @@ import (
 // (over their SHA-256, so lengths do not leak either) and never echoed.
 func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
 	tokens := dispatch.NewTokens(allowed...)
-	withSession := realm != "internal"
+	// A console session stands in for the admin token. Without one (insecure
+	// mode lets anyone sign in) it opens only the routes that are open
+	// anyway: a realm with tokens of its own still wants one of them.
+	withSession := realm != "internal" && (s.cfg.AdminToken != "" || len(tokens) == 0)
 	return func(c *gin.Context) {
 		// The console signs in once and then sends its session cookie
 		// (and, for state changes, its CSRF token) instead of a bearer token.

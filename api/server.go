@@ -154,7 +154,7 @@ func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *S
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: sessions{db: store}, console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+		sessions: sessions{db: store, token: []byte(cfg.AdminToken)}, console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
 	if cfg.Now != nil {
 		s.now = cfg.Now
 	}

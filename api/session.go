@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -31,7 +32,15 @@ const (
 // the session's CSRF token and expiry in the database, so every API replica
 // serves it (a request or a sign-out that lands on another replica than
 // the sign-in finds it) and a restart keeps it.
-type sessions struct{ db SessionStore }
+//
+// A session belongs to the admin token it was signed in with: its id is
+// stored keyed with that token (sessions.key), so a session signed in
+// before the token changed (rotated after a leak, or set where insecure
+// mode had none) is not found, and its holder must sign in again.
+type sessions struct {
+	db    SessionStore
+	token []byte // the admin token ("" in insecure mode without one)
+}
 
 // SessionStore keeps console sessions (store.Store).
 type SessionStore interface {
@@ -51,29 +60,32 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// sessionKey is what a session is stored under: its id's hash, never the id.
-func sessionKey(id string) []byte {
-	k := sha256.Sum256([]byte(id))
-	return k[:]
+// key is what a session is stored under: its id's HMAC under the admin
+// token, never the id (nor anything that tests guesses of the token
+// without the id, which only the cookie holds).
+func (ss sessions) key(id string) []byte {
+	m := hmac.New(sha256.New, ss.token)
+	m.Write([]byte(id))
+	return m.Sum(nil)
 }
 
 // create starts a session and returns its id (for the cookie) and CSRF token.
 func (ss sessions) create(ctx context.Context, now time.Time) (id string, sess session, err error) {
 	id = randomToken()
 	sess = session{csrf: randomToken(), expires: now.Add(sessionTTL)}
-	return id, sess, ss.db.CreateSession(ctx, sessionKey(id), sess.csrf, sess.expires, now)
+	return id, sess, ss.db.CreateSession(ctx, ss.key(id), sess.csrf, sess.expires, now)
 }
 
 func (ss sessions) get(ctx context.Context, id string, now time.Time) (session, bool, error) {
 	if id == "" {
 		return session{}, false, nil // no cookie: nothing to look up
 	}
-	csrf, expires, found, err := ss.db.GetSession(ctx, sessionKey(id), now)
+	csrf, expires, found, err := ss.db.GetSession(ctx, ss.key(id), now)
 	return session{csrf: csrf, expires: expires}, found, err
 }
 
 func (ss sessions) delete(ctx context.Context, id string) error {
-	return ss.db.DeleteSession(ctx, sessionKey(id))
+	return ss.db.DeleteSession(ctx, ss.key(id))
 }
 
 // fromSession authenticates a request by its console session cookie. A

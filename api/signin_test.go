@@ -168,10 +168,15 @@ func TestSignInThrottleIgnoresUntrustedForwardedFor(t *testing.T) {
 // replica behind the same load balancer.
 func (f *fixture) replica(t *testing.T) *fixture {
 	t.Helper()
-	srv := httptest.NewServer(api.New(f.store, nil, api.Config{
-		APITokens: []string{apiToken}, AdminToken: adminToken, InternalToken: internalToken,
-		Logger: slog.New(slog.DiscardHandler),
-	}, prometheus.NewRegistry()).Handler())
+	return f.replicaWith(t, api.Config{APITokens: []string{apiToken}, AdminToken: adminToken, InternalToken: internalToken})
+}
+
+// replicaWith serves the API over f's database with cfg: the same
+// database after a restart with other settings.
+func (f *fixture) replicaWith(t *testing.T, cfg api.Config) *fixture {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	srv := httptest.NewServer(api.New(f.store, nil, cfg, prometheus.NewRegistry()).Handler())
 	t.Cleanup(srv.Close)
 	other := *f
 	other.url = srv.URL
@@ -193,4 +198,36 @@ func TestAConsoleSessionIsEveryReplicasSession(t *testing.T) {
 	b.do(t, "POST", "/api/console/logout", "", bearer(""), cookie(c), header("X-CSRF-Token", csrf)).want(t, http.StatusNoContent)
 	a.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).want(t, http.StatusUnauthorized)
 	a.do(t, "GET", "/api/console/session", "", bearer(""), cookie(c)).want(t, http.StatusUnauthorized)
+}
+
+// A session belongs to the admin token it was signed in with: once the
+// token changes (rotated after a leak), or where insecure mode had none,
+// its sessions no longer open anything, on any replica.
+func TestAConsoleSessionEndsWithItsAdminToken(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	c := a.sessionCookieOf(t)
+	rotated := a.replicaWith(t, api.Config{APITokens: []string{apiToken}, AdminToken: "a-new-admin-token", InternalToken: internalToken})
+	rotated.do(t, "GET", "/api/admin/dispatch/credentials", "", bearer(""), cookie(c)).errorCode(t, http.StatusUnauthorized, "unauthorized")
+	rotated.do(t, "GET", "/api/console/session", "", bearer(""), cookie(c)).want(t, http.StatusUnauthorized)
+
+	open := a.replicaWith(t, api.Config{Insecure: true})
+	r := open.do(t, "POST", "/api/console/login", `{"token":""}`, bearer("")).want(t, http.StatusOK)
+	insecure := (&http.Response{Header: r.header}).Cookies()[0]
+	a.do(t, "GET", "/api/admin/dispatch/credentials", "", bearer(""), cookie(insecure)).errorCode(t, http.StatusUnauthorized, "unauthorized")
+	a.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).want(t, http.StatusOK) // its own still works
+}
+
+// In insecure mode without an admin token anyone may sign in to the
+// console; that session opens the routes that are open anyway, not those
+// whose tokens are configured.
+func TestAnInsecureSessionDoesNotOpenRoutesWithTokens(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	srv := a.replicaWith(t, api.Config{Insecure: true, APITokens: []string{apiToken}})
+	r := srv.do(t, "POST", "/api/console/login", `{"token":"anything"}`, bearer("")).want(t, http.StatusOK)
+	c := (&http.Response{Header: r.header}).Cookies()[0]
+	srv.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).errorCode(t, http.StatusUnauthorized, "unauthorized")
+	srv.do(t, "GET", "/api/dispatch/jobs", "", bearer(apiToken)).want(t, http.StatusOK)
+	srv.do(t, "GET", "/api/admin/dispatch/credentials", "", bearer(""), cookie(c)).want(t, http.StatusOK) // no admin token: open
 }
