@@ -68,10 +68,10 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return err
 		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
 			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
-			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until, handed && h.ID == id)
 		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
 			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
-			return pointerDueBack(ctx, tx, j.ID, now, c.Until)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until, handed && h.ID == id)
 		}
 		if j.GroupID != "" {
 			var pred *time.Time
@@ -375,7 +375,16 @@ func stepAside(ctx context.Context, tx pgx.Tx, id int64) error {
 // send copies. The processor's answer sets the message's visibility, which
 // SQS caps at 12 h: that, not a far-future until (a predecessor scheduled
 // months ahead), is when a lost message is known to be missing.
-func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time) error {
+//
+// A pointer handed over is no message: it comes back only when given back
+// by its handle, which finds the job by the mark it was handed under
+// (Unmark). That mark is left as it is, or the give-back would find
+// nothing and the job would wait for the stale sweep (a replica whose
+// clock is behind the creating one's finds a new job not due yet).
+func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Time, handed bool) error {
+	if handed {
+		return nil
+	}
 	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
 		until = latest
 	}

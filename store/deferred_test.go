@@ -9,6 +9,7 @@ import (
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
 	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
 )
 
 // claimHanded claims job j as its pointer handed over by st comes back:
@@ -335,5 +336,29 @@ func TestALateRecordDoesNotOverwriteAnotherHoldersAttempt(t *testing.T) {
 	}
 	if a := attempts[0]; a.Status != dispatch.AttemptSuccess || a.ResponseCode != 200 {
 		t.Errorf("attempt 1 is %s %d after the late record, want the holder's SUCCESS 200", a.Status, a.ResponseCode)
+	}
+}
+
+// A pointer handed over is no message: it comes back only when given back
+// by its handle (Unmark, by the mark it was handed under). A copy of it
+// that finds the job busy (a processing request sent twice) must leave
+// that mark, or the give-back finds nothing, and should the holder's
+// attempt fail, its retry waits for the stale sweep (15 minutes) instead
+// of its backoff.
+func TestAHandedJobFoundBusyCanStillBeGivenBack(t *testing.T) {
+	t.Parallel()
+	st, _, dbURL := storetest.New(t, store.Options{NodeID: 1})
+	st.HandOffTo(stuckHandoff{})
+	other := secondStore(t, dbURL, store.Options{NodeID: 2})
+	j := createJob(t, st)
+	held := claimHanded(t, other, j, now(), dispatch.Claimed) // by statement: another replica
+	claimHanded(t, other, j, now(), dispatch.ClaimBusy)        // the copy
+	if err := other.Unmark(t.Context(), []int64{j.ID}, *j.QueuedAt); err != nil {
+		t.Fatal(err)
+	}
+	next := time.Now().Add(time.Second)
+	recordAs(t, other, held, dispatch.AttemptFailure, 503, dispatch.Transition{Status: dispatch.StatusFailed, NextAttemptAt: next, Handed: true}, true)
+	if got := getJob(t, st, j.ID); got.QueuedAt != nil || got.Status != dispatch.StatusFailed {
+		t.Errorf("the retry is %s, queued at %v; want FAILED and unsent, for the outbox to send it in a second", got.Status, got.QueuedAt)
 	}
 }
