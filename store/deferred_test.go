@@ -352,7 +352,7 @@ func TestAHandedJobFoundBusyCanStillBeGivenBack(t *testing.T) {
 	other := secondStore(t, dbURL, store.Options{NodeID: 2})
 	j := createJob(t, st)
 	held := claimHanded(t, other, j, now(), dispatch.Claimed) // by statement: another replica
-	claimHanded(t, other, j, now(), dispatch.ClaimBusy)        // the copy
+	claimHanded(t, other, j, now(), dispatch.ClaimBusy)       // the copy
 	if err := other.Unmark(t.Context(), []int64{j.ID}, *j.QueuedAt); err != nil {
 		t.Fatal(err)
 	}
