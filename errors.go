@@ -64,6 +64,18 @@ func (p *Problems) Add(field, format string, args ...any) {
 	*p = append(*p, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
+// AddItem records the problems of a batch's item i, each field named
+// jobs[i].field (the item itself when de names no field).
+func (p *Problems) AddItem(i int, de *Error) {
+	prefix := fmt.Sprintf("jobs[%d]", i)
+	if len(de.Details) == 0 {
+		*p = append(*p, FieldError{Field: prefix, Message: de.Message})
+	}
+	for _, d := range de.Details {
+		*p = append(*p, FieldError{Field: prefix + "." + d.Field, Message: d.Message})
+	}
+}
+
 // MaxDetails caps the problems listed in one answer, so a body of a
 // million bad keys cannot make an answer eight times its size.
 const MaxDetails = 100

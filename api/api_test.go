@@ -543,6 +543,7 @@ func TestSearchJobsBadQuery(t *testing.T) {
 		{"?page=-1", "page"},
 		{"?createdAfter=yesterday", "createdAfter"},
 		{"?source=a&source=b", "source"},
+		{"?metadata.k=a&metadata.k=b", "metadata.k"},
 		// No PostgreSQL text holds these: refused before the database.
 		{"?source=%00", "source"},
 		{"?groupId=%ff", "groupId"},

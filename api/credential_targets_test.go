@@ -139,6 +139,14 @@ func TestDisallowedTargetsAreRefusedWith422(t *testing.T) {
 	refused("job, unbound credentials", "POST", "/api/dispatch/jobs", jobBody(t, "credentialsId", unbound.ID, "targetUrl", partner+"/hooks"))
 	refused("batch", "POST", "/api/dispatch/jobs/batch", `{"jobs":[`+jobBody(t, "credentialsId", c.ID, "targetUrl", partner+"/hooks/a")+`,`+
 		jobBody(t, "credentialsId", c.ID, "targetUrl", attacker+"/hooks")+`]}`)
+	// A batch refused for its credentials names the items invalid on their
+	// own too: one answer, every problem.
+	fields := f.do(t, "POST", "/api/dispatch/jobs/batch", `{"jobs":[`+jobBody(t, "source", "")+`,`+
+		jobBody(t, "credentialsId", c.ID, "targetUrl", attacker+"/hooks")+`]}`).
+		errorCode(t, http.StatusUnprocessableEntity, dispatch.EUnprocessable)
+	if !slices.Contains(fields, "jobs[0].source") || !slices.ContainsFunc(fields, func(f string) bool { return strings.HasPrefix(f, "jobs[1]") }) {
+		t.Errorf("a batch with an invalid item and one refused for its credentials names %v, want jobs[0].source and jobs[1]", fields)
+	}
 	refused("subscription", "POST", "/api/dispatch/subscriptions",
 		`{"name":"x","url":"`+attacker+`/hooks","eventTypes":["*"],"credentialsId":"`+c.ID+`"}`)
 	refused("subscription with a handshake", "POST", "/api/dispatch/subscriptions",

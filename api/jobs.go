@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
@@ -46,6 +47,29 @@ func (s *Server) createJob(c *gin.Context) {
 	}
 	s.metrics.jobsCreated.Inc()
 	writeJSON(c, http.StatusCreated, viewJob(out))
+}
+
+// withItemProblems adds to a batch's refusal (credentials that may not be
+// sent to an item's target refuse the whole batch) the problems of the
+// items refused on their own, so that one answer names every one. Any
+// other error is returned as it is.
+func withItemProblems(err error, errs []error) error {
+	var refused *dispatch.Error
+	if !errors.As(err, &refused) || refused.Code != dispatch.EUnprocessable {
+		return err
+	}
+	all := *refused
+	details := dispatch.Problems(slices.Clone(refused.Details))
+	for i, e := range errs {
+		if de, ok := e.(*dispatch.Error); ok {
+			details.AddItem(i, de)
+		}
+	}
+	all.Details = details
+	if len(all.Details) > dispatch.MaxDetails {
+		all.Details = all.Details[:dispatch.MaxDetails]
+	}
+	return &all
 }
 
 type batchResult struct {
@@ -93,7 +117,7 @@ func (s *Server) createJobs(c *gin.Context) {
 			}
 		}
 		if err != nil {
-			s.writeError(c, err)
+			s.writeError(c, withItemProblems(err, errs))
 			return
 		}
 		n := 0
@@ -150,6 +174,10 @@ func parseSearch(q url.Values, extra ...string) (dispatch.JobFilter, int, int, e
 		if mk, ok := strings.CutPrefix(key, "metadata."); ok {
 			if mk == "" || len(mk) > dispatch.MaxMetadataKeyLen {
 				p.Add(key, "metadata keys must be 1 to %d characters", dispatch.MaxMetadataKeyLen)
+				continue
+			}
+			if len(vals) > 1 {
+				p.Add(key, "must be given once")
 				continue
 			}
 			if f.Metadata == nil {

@@ -294,16 +294,10 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 // none yet): the first refusal's code and message, prefixed with jobs[i],
 // and every item's details, each field prefixed (jobs[i].credentialsId).
 func refuseItem(so *dispatch.Error, i int, de *dispatch.Error) *dispatch.Error {
-	prefix := fmt.Sprintf("jobs[%d]", i)
 	if so == nil {
-		so = &dispatch.Error{Code: de.Code, Message: prefix + ": " + de.Message}
+		so = &dispatch.Error{Code: de.Code, Message: fmt.Sprintf("jobs[%d]: %s", i, de.Message)}
 	}
-	if len(de.Details) == 0 {
-		so.Details = append(so.Details, dispatch.FieldError{Field: prefix, Message: de.Message})
-	}
-	for _, d := range de.Details {
-		so.Details = append(so.Details, dispatch.FieldError{Field: prefix + "." + d.Field, Message: d.Message})
-	}
+	(*dispatch.Problems)(&so.Details).AddItem(i, de)
 	if len(so.Details) > dispatch.MaxDetails {
 		so.Details = so.Details[:dispatch.MaxDetails]
 	}
