@@ -16,15 +16,15 @@ import (
 // so that a slow one shows IN_PROGRESS and holds its lease like any other.
 // Its methods are no-ops on nil (a claim ClaimJob wrote).
 type deferredClaim struct {
-	p     *Processor
-	log   *slog.Logger
-	job   dispatch.Job
-	timer *time.Timer
+	p   *Processor
+	log *slog.Logger
+	job dispatch.Job
 
-	mu      sync.Mutex // held while the claim is written
-	settled bool       // written, or left to the record
-	decided bool       // the record need not write the claim: written, or the job moved on
-	moved   bool       // the job moved on: the claim is not this attempt's to give back
+	mu      sync.Mutex  // held while the claim is written
+	timer   *time.Timer // the next write (a failed one sets another)
+	settled bool        // written, or left to the record
+	decided bool        // the record need not write the claim: written, or the job moved on
+	moved   bool        // the job moved on: the claim is not this attempt's to give back
 }
 
 // deferClaim starts the timer that writes j's claim if the delivery runs
@@ -32,7 +32,9 @@ type deferredClaim struct {
 func (p *Processor) deferClaim(ctx context.Context, log *slog.Logger, j dispatch.Job) *deferredClaim {
 	dc := &deferredClaim{p: p, log: log, job: j}
 	ctx = context.WithoutCancel(ctx)
+	dc.mu.Lock()
 	dc.timer = time.AfterFunc(p.claimAfter, func() { dc.write(ctx) })
+	dc.mu.Unlock()
 	return dc
 }
 
@@ -52,8 +54,13 @@ func (dc *deferredClaim) write(ctx context.Context) {
 	held, err := dc.p.store.RecordClaim(wctx, dc.job)
 	switch {
 	case err != nil:
-		// Perhaps written: the record accepts the job in either state.
-		dc.log.Warn("cannot write the claim of a delivery running long; its outcome will write it", "err", err)
+		// Perhaps written: the record accepts the job in either state. It
+		// is tried again while the delivery runs: unwritten, the job stays
+		// PENDING under its send lease, which ends before a long delivery
+		// does, and the sweep would send its pointer to another replica.
+		dc.settled = false
+		dc.timer = time.AfterFunc(dc.p.claimAfter, func() { dc.write(ctx) })
+		dc.log.Warn("cannot write the claim of a delivery running long; trying again", "err", err, "in", dc.p.claimAfter.String())
 	case !held:
 		dc.decided, dc.moved = true, true
 		dc.log.Warn("the job moved on during its delivery (cancelled, or claimed through another copy of its pointer)")
@@ -80,9 +87,9 @@ func (dc *deferredClaim) settle() bool {
 	if dc == nil {
 		return false
 	}
-	dc.timer.Stop()
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
+	dc.timer.Stop() // under the lock: a failed write sets a new one
 	dc.settled = true
 	return !dc.decided
 }

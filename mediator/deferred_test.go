@@ -3,11 +3,16 @@ package mediator_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
@@ -278,5 +283,61 @@ func TestARetryOfAHandedJobIsGivenBackWithItsRecord(t *testing.T) {
 	}
 	if got := s.job(t, queued.ID); got.Status != dispatch.StatusFailed || got.QueuedAt == nil {
 		t.Errorf("job from the queue after its retry's record: %s, queued at %v; want FAILED, still marked", got.Status, got.QueuedAt)
+	}
+}
+
+// failingClaims is the real store with its first RecordClaim failing, as
+// on a brief database error.
+type failingClaims struct {
+	*store.Store
+	failed atomic.Bool
+}
+
+func (f *failingClaims) RecordClaim(ctx context.Context, j dispatch.Job) (bool, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return false, errors.New("connection reset (injected)")
+	}
+	return f.Store.RecordClaim(ctx, j)
+}
+
+// A delivery running long whose claim cannot be written at first tries
+// again while it runs: unwritten, the job would stay PENDING under its send
+// lease, which ends before a long delivery does, and the sweep would send
+// its pointer to another replica, which would deliver it a second time.
+func TestAClaimThatCannotBeWrittenIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	s := setupHanded(t, mediator.ProcessorConfig{})
+	fc := &failingClaims{Store: s.store}
+	proc := mediator.NewProcessor(fc, mediator.ProcessorConfig{
+		ClaimAfter: 20 * time.Millisecond, Sender: newSender(5*time.Second, true),
+		Breakers: mediator.NewBreakers(5, time.Minute), DeliveryTimeout: 5 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Metrics: mediator.NewMetrics(prometheus.NewRegistry()),
+	})
+	release := make(chan struct{})
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) { <-release })
+	j := s.createJob(t, tg.URL, nil)
+	done := make(chan dispatch.Decision, 1)
+	go func() {
+		d, err := proc.Process(handed(context.Background(), j), dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	tg.next(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for got := s.job(t, j.ID); got.Status != dispatch.StatusInProgress || got.ClaimedUntil == nil; got = s.job(t, j.ID) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("a delivery held for 10 s after its claim's first write failed left the job %s; want IN_PROGRESS under a lease", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !fc.failed.Load() {
+		t.Error("the first write of the claim was not made")
+	}
+	close(release)
+	if d := <-done; !d.Done || d.JobStatus != dispatch.StatusCompleted {
+		t.Errorf("decision %+v; want Done, COMPLETED", d)
 	}
 }
