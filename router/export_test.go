@@ -13,3 +13,10 @@ type Deleter struct{ d *deleter }
 func NewDeleter(q *queue.Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
 func (d Deleter) Add(receipt string, grouped bool)        { d.d.add(receipt, grouped) }
 func (d Deleter) Run(ctx context.Context)                 { d.d.run(ctx) }
+
+// Holds is how many groups wait for a failed message to come back.
+func (r *Router) Holds() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.holds)
+}

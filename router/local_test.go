@@ -119,6 +119,11 @@ func TestOfferedPointerToRetryIsRequeued(t *testing.T) {
 	if n := o.requeued.Load(); n != 1 || len(b.med.seen()) != 1 {
 		t.Errorf("requeued %d times, mediated %d times: want 1 and 1", n, len(b.med.seen()))
 	}
+	// Ungrouped, it holds nothing back: no hold is left to expire (with no
+	// queue answering, it never would).
+	if n := b.router.Holds(); n != 0 {
+		t.Errorf("%d groups held after an offered pointer's retry, want none", n)
+	}
 }
 
 // A job taken in process that waits LocalBackstop for a worker leaves its
