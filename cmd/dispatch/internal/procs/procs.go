@@ -33,8 +33,10 @@ type Governor struct {
 	quiet int // samples below Idle in a row
 }
 
-// NewGovernor starts at max Ps, the runtime's default.
-func NewGovernor(max int) *Governor { return &Governor{max: max, cur: max} }
+// NewGovernor decides between one P and max, the runtime's default. It
+// starts on one: a process starts idle, and is on max within a sample of
+// getting busy.
+func NewGovernor(max int) *Governor { return &Governor{max: max, cur: 1} }
 
 // Next takes the CPU use (cores) over the last sample and returns the Ps
 // for the next one: max or 1.
@@ -66,6 +68,7 @@ func Adapt(ctx context.Context, getenv func(string) string) {
 		return
 	}
 	g := NewGovernor(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(1)
 	lastAt := time.Now()
 	t := time.NewTicker(Sample)
 	defer t.Stop()

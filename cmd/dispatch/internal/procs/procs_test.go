@@ -18,7 +18,8 @@ type step struct {
 func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing.T) {
 	g := procs.NewGovernor(4)
 	steps := []step{
-		{0.9, 4, "busy: the default"},
+		{0.1, 1, "a process starts on one P"},
+		{0.9, 4, "busy: the default at once"},
 		{0.1, 4, "one quiet sample is not a quiet spell"},
 	}
 	for range procs.Quiet - 2 {
@@ -40,6 +41,9 @@ func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing
 
 func TestAMiddlingSampleBreaksTheQuietSpell(t *testing.T) {
 	g := procs.NewGovernor(2)
+	if got := g.Next(procs.Busy); got != 2 {
+		t.Fatalf("busy: %d Ps, want 2", got)
+	}
 	for i := range 3 * procs.Quiet {
 		use := 0.1
 		if i%procs.Quiet == procs.Quiet-2 {
