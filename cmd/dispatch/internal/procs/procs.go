@@ -14,23 +14,25 @@ import (
 	"time"
 )
 
-// The governor's settings. Its CPU use is sampled every Sample; at Busy
-// cores or more it goes back to the default at once, and below Idle cores
-// for Quiet samples in a row it goes to one P. The band between the two
+// The governor's settings. Its CPU use is sampled every FastSample on one
+// P (so that a burst has the cores within that) and every Sample on more;
+// at Busy cores or more it goes back to the default at once, and below
+// Idle cores for Quiet in a row it goes to one P. The band between the two
 // keeps it from flapping: on one P the same load costs less CPU than on
 // several.
 const (
-	Sample = 250 * time.Millisecond
-	Busy   = 0.5
-	Idle   = 0.3
-	Quiet  = 8
+	FastSample = 50 * time.Millisecond
+	Sample     = 250 * time.Millisecond
+	Busy       = 0.5
+	Idle       = 0.3
+	Quiet      = 2 * time.Second
 )
 
 // Governor decides, sample by sample, how many Ps the process needs.
 type Governor struct {
 	max   int // the runtime's default
 	cur   int
-	quiet int // samples below Idle in a row
+	quiet time.Duration // below Idle this long, in a row
 }
 
 // NewGovernor decides between one P and max, the runtime's default. It
@@ -38,21 +40,29 @@ type Governor struct {
 // getting busy.
 func NewGovernor(max int) *Governor { return &Governor{max: max, cur: 1} }
 
-// Next takes the CPU use (cores) over the last sample and returns the Ps
-// for the next one: max or 1.
-func (g *Governor) Next(use float64) int {
+// Next takes the CPU use (cores) over the last sample, which lasted d, and
+// returns the Ps for the next one: max or 1.
+func (g *Governor) Next(use float64, d time.Duration) int {
 	switch {
 	case use >= Busy:
 		g.quiet = 0
 		g.cur = g.max
 	case use < Idle:
-		if g.quiet++; g.quiet >= Quiet {
+		if g.quiet += d; g.quiet >= Quiet {
 			g.cur = 1
 		}
 	default:
 		g.quiet = 0
 	}
 	return g.cur
+}
+
+// Interval is how long the next sample lasts.
+func (g *Governor) Interval() time.Duration {
+	if g.cur == 1 {
+		return FastSample
+	}
+	return Sample
 }
 
 // Adapt runs the governor until ctx ends, then gives the runtime its
@@ -70,22 +80,24 @@ func Adapt(ctx context.Context, getenv func(string) string) {
 	g := NewGovernor(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)
 	lastAt := time.Now()
-	t := time.NewTicker(Sample)
+	t := time.NewTimer(g.Interval())
 	defer t.Stop()
 	defer runtime.SetDefaultGOMAXPROCS()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
 			cpu, ok := processCPU()
 			if !ok {
 				return
 			}
-			use := (cpu - last).Seconds() / now.Sub(lastAt).Seconds()
+			now := time.Now()
+			d := now.Sub(lastAt)
+			use := (cpu - last).Seconds() / d.Seconds()
 			last, lastAt = cpu, now
 			was := g.cur
-			switch g.Next(use) {
+			switch g.Next(use, d) {
 			case was:
 			case 1:
 				runtime.GOMAXPROCS(1)
@@ -95,6 +107,7 @@ func Adapt(ctx context.Context, getenv func(string) string) {
 				g.max = runtime.GOMAXPROCS(0)
 				g.cur = g.max
 			}
+			t.Reset(g.Interval())
 		}
 	}
 }

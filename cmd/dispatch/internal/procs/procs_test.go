@@ -22,7 +22,7 @@ func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing
 		{0.9, 4, "busy: the default at once"},
 		{0.1, 4, "one quiet sample is not a quiet spell"},
 	}
-	for range procs.Quiet - 2 {
+	for range int(procs.Quiet/procs.Sample) - 2 {
 		steps = append(steps, step{0.1, 4, "still within the spell"})
 	}
 	steps = append(steps, []step{
@@ -33,7 +33,7 @@ func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing
 		{0.1, 4, "a quiet sample after a middling one starts the spell again"},
 	}...)
 	for i, s := range steps {
-		if got := g.Next(s.use); got != s.want {
+		if got := g.Next(s.use, procs.Sample); got != s.want {
 			t.Fatalf("step %d (use %.2f cores): %d Ps, want %d: %s", i, s.use, got, s.want, s.why)
 		}
 	}
@@ -41,16 +41,30 @@ func TestTheGovernorDropsToOnePOnlyAfterAQuietSpellAndComesBackAtOnce(t *testing
 
 func TestAMiddlingSampleBreaksTheQuietSpell(t *testing.T) {
 	g := procs.NewGovernor(2)
-	if got := g.Next(procs.Busy); got != 2 {
+	if got := g.Next(procs.Busy, procs.FastSample); got != 2 {
 		t.Fatalf("busy: %d Ps, want 2", got)
 	}
-	for i := range 3 * procs.Quiet {
+	spell := int(procs.Quiet / procs.Sample) // samples in a quiet spell
+	for i := range 3 * spell {
 		use := 0.1
-		if i%procs.Quiet == procs.Quiet-2 {
+		if i%spell == spell-2 {
 			use = mid
 		}
-		if got := g.Next(use); got != 2 {
-			t.Fatalf("sample %d: dropped to %d Ps although no spell of %d quiet samples ran whole", i, got, procs.Quiet)
+		if got := g.Next(use, procs.Sample); got != 2 {
+			t.Fatalf("sample %d: dropped to %d Ps although no quiet spell of %s ran whole", i, got, procs.Quiet)
 		}
+	}
+}
+
+// On one P the governor looks often, so that a burst has the cores within
+// FastSample; on more it looks less often.
+func TestTheGovernorLooksMoreOftenOnOneP(t *testing.T) {
+	g := procs.NewGovernor(2)
+	if got := g.Interval(); got != procs.FastSample {
+		t.Errorf("on one P: samples of %s, want %s", got, procs.FastSample)
+	}
+	g.Next(procs.Busy, procs.FastSample)
+	if got := g.Interval(); got != procs.Sample {
+		t.Errorf("on the default: samples of %s, want %s", got, procs.Sample)
 	}
 }
