@@ -33,40 +33,54 @@ func (p *Processor) deferClaim(ctx context.Context, log *slog.Logger, j dispatch
 	dc := &deferredClaim{p: p, log: log, job: j}
 	ctx = context.WithoutCancel(ctx)
 	dc.mu.Lock()
-	dc.timer = time.AfterFunc(p.claimAfter, func() { dc.write(ctx) })
+	dc.timer = time.AfterFunc(p.claimAfter, func() { dc.writeWhileRunning(ctx) })
 	dc.mu.Unlock()
 	return dc
 }
 
+// writeWhileRunning is the timer's write: a delivery running long. Should
+// it fail, it is tried again while the delivery runs, until the claim's
+// lease ends: unwritten, the job stays PENDING under its send lease, which
+// ends before a long delivery does, and the sweep would send its pointer
+// to another replica.
+func (dc *deferredClaim) writeWhileRunning(ctx context.Context) {
+	if dc.write(ctx) != nil && dc.job.ClaimedUntil != nil && time.Now().Add(dc.p.claimAfter).Before(*dc.job.ClaimedUntil) {
+		dc.mu.Lock()
+		defer dc.mu.Unlock()
+		if !dc.settled {
+			dc.timer = time.AfterFunc(dc.p.claimAfter, func() { dc.writeWhileRunning(ctx) })
+		}
+	}
+}
+
 // write writes the claim now, unless it was written or settled already.
-func (dc *deferredClaim) write(ctx context.Context) {
+// A write that failed leaves it unsettled, and returns the error.
+func (dc *deferredClaim) write(ctx context.Context) error {
 	if dc == nil {
-		return
+		return nil
 	}
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	if dc.settled {
-		return
+		return nil
 	}
-	dc.settled = true
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	held, err := dc.p.store.RecordClaim(wctx, dc.job)
+	if err == nil {
+		dc.settled = true
+	}
 	switch {
 	case err != nil:
-		// Perhaps written: the record accepts the job in either state. It
-		// is tried again while the delivery runs: unwritten, the job stays
-		// PENDING under its send lease, which ends before a long delivery
-		// does, and the sweep would send its pointer to another replica.
-		dc.settled = false
-		dc.timer = time.AfterFunc(dc.p.claimAfter, func() { dc.write(ctx) })
-		dc.log.Warn("cannot write the claim of a delivery running long; trying again", "err", err, "in", dc.p.claimAfter.String())
+		// Perhaps written: the record accepts the job in either state.
+		dc.log.Warn("cannot write the claim of a delivery running long", "err", err)
 	case !held:
 		dc.decided, dc.moved = true, true
 		dc.log.Warn("the job moved on during its delivery (cancelled, or claimed through another copy of its pointer)")
 	default:
 		dc.decided = true
 	}
+	return err
 }
 
 // movedOn reports whether writing the claim found the job moved on

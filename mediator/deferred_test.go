@@ -291,9 +291,11 @@ func TestARetryOfAHandedJobIsGivenBackWithItsRecord(t *testing.T) {
 type failingClaims struct {
 	*store.Store
 	failed atomic.Bool
+	calls  atomic.Int32
 }
 
 func (f *failingClaims) RecordClaim(ctx context.Context, j dispatch.Job) (bool, error) {
+	f.calls.Add(1)
 	if f.failed.CompareAndSwap(false, true) {
 		return false, errors.New("connection reset (injected)")
 	}
@@ -339,5 +341,39 @@ func TestAClaimThatCannotBeWrittenIsTriedAgain(t *testing.T) {
 	close(release)
 	if d := <-done; !d.Done || d.JobStatus != dispatch.StatusCompleted {
 		t.Errorf("decision %+v; want Done, COMPLETED", d)
+	}
+}
+
+// A deferred claim given back before its delivery (the host's breaker is
+// open) whose write fails leaves nothing behind: no timer writes the claim
+// of the abandoned attempt later, nor tries again and again.
+func TestAClaimGivenBackWhoseWriteFailsIsNotWrittenLater(t *testing.T) {
+	t.Parallel()
+	s, _, second := behindAnOpenBreaker(t)
+	fc := &failingClaims{Store: s.store}
+	proc := mediator.NewProcessor(fc, mediator.ProcessorConfig{
+		ClaimAfter: 20 * time.Millisecond, Sender: newSender(5*time.Second, true),
+		Breakers: mediator.NewBreakers(1, time.Minute), DeliveryTimeout: 5 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Metrics: mediator.NewMetrics(prometheus.NewRegistry()),
+	})
+	// This processor's breaker is its own: open it with the first failure.
+	tg := statusTarget(t, 500)
+	first := s.createJob(t, tg.URL, nil)
+	if _, err := proc.Process(handed(t.Context(), first), dispatch.Pointer{ID: dispatch.FormatID(first.ID), PoolCode: dispatch.DefaultPool}); err != nil {
+		t.Fatal(err)
+	}
+	second = s.createJob(t, tg.URL, nil)
+	fc.failed.Store(false)
+	calls := fc.calls.Load()
+	d, err := proc.Process(handed(t.Context(), second), dispatch.Pointer{ID: dispatch.FormatID(second.ID), PoolCode: dispatch.DefaultPool})
+	if err != nil || d.Done || !strings.Contains(d.Reason, "circuit breaker") {
+		t.Fatalf("decision %+v (%v); want a retry because the breaker is open", d, err)
+	}
+	time.Sleep(15 * 20 * time.Millisecond) // fifteen times ClaimAfter: what a timer left behind would have done by now
+	if n := fc.calls.Load() - calls; n != 1 {
+		t.Errorf("%d writes of the claim given back, want the one that failed", n)
+	}
+	if got := s.job(t, second.ID); got.Status == dispatch.StatusInProgress {
+		t.Errorf("the claim of the attempt given back was written later: the job is %s under a lease until %v", got.Status, got.ClaimedUntil)
 	}
 }

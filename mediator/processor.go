@@ -259,7 +259,8 @@ func (p *Processor) pace(ctx context.Context, log *slog.Logger, j dispatch.Job, 
 }
 
 func (p *Processor) unclaim(ctx context.Context, log *slog.Logger, j dispatch.Job, dc *deferredClaim, next time.Time, reason string) {
-	dc.write(ctx) // a claim given back is written first, to be given back the usual way
+	_ = dc.write(ctx) // a claim given back is written first, to be given back the usual way (unwritten, nothing is)
+	dc.settle()       // the attempt is over: no timer may write its claim later
 	if dc.movedOn() {
 		return // another holder's claim would match this one's attempt: it is not ours to give back
 	}
