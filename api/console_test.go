@@ -185,8 +185,9 @@ func TestConsoleLoginWithoutAdminToken(t *testing.T) {
 	// Not insecure: no admin token means no console.
 	f := setup(t, withConfig(func(c *api.Config) { c.AdminToken = "" }))
 	f.do(t, "POST", "/api/console/login", `{"token":""}`, bearer("")).errorCode(t, http.StatusUnauthorized, dispatch.EUnauthorized)
-	// Insecure (make run): any token opens it, and the page says so.
-	g := setup(t, withConfig(func(c *api.Config) { c.AdminToken, c.Insecure = "", true }))
+	// Insecure with no tokens at all (make run): any token opens it, and
+	// the page says so.
+	g := setup(t, withConfig(func(c *api.Config) { c.AdminToken, c.APITokens, c.Insecure = "", nil, true }))
 	var e apiError
 	g.do(t, "GET", "/api/console/session", "", bearer("")).want(t, http.StatusUnauthorized).decode(t, &e)
 	if !strings.Contains(e.Error.Message, "any token signs in") {

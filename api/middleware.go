@@ -101,8 +101,13 @@ func (s *Server) checkQuery(c *gin.Context) {
 // malformedQuery notes each pair of a raw query string that url.ParseQuery
 // drops: one holding a ';' (not a separator since Go 1.17), or a name or
 // value that is not valid %-escaping.
+// It stops past dispatch.MaxDetails: an answer lists no more, and a query
+// of a megabyte of bad pairs must not cost a problem each.
 func malformedQuery(p *dispatch.Problems, raw string) {
 	for pair := range strings.SplitSeq(raw, "&") {
+		if len(*p) > dispatch.MaxDetails {
+			return
+		}
 		name, value, _ := strings.Cut(pair, "=")
 		key, nameErr := url.QueryUnescape(name)
 		if nameErr != nil {

@@ -148,6 +148,15 @@ func (s *Server) login(c *gin.Context) {
 		return
 	}
 	insecure := s.cfg.AdminToken == "" && s.cfg.Insecure
+	if insecure && len(s.cfg.APITokens) > 0 {
+		// Anyone may sign in without an admin token, so such a session
+		// does not open routes with tokens of their own (see auth): the
+		// console could not show a job. Say so instead of a session that
+		// fails on every page.
+		s.writeError(c, dispatch.Errorf(dispatch.EForbidden,
+			"the console needs DISPATCH_ADMIN_TOKEN when DISPATCH_API_TOKENS is set, also in insecure mode"))
+		return
+	}
 	if !insecure {
 		if s.cfg.AdminToken == "" || !dispatch.NewTokens(s.cfg.AdminToken).Match(token) {
 			s.log.Warn("console sign-in refused", "remote", addr)

@@ -219,14 +219,19 @@ func TestAConsoleSessionEndsWithItsAdminToken(t *testing.T) {
 }
 
 // In insecure mode without an admin token anyone may sign in to the
-// console; that session opens the routes that are open anyway, not those
-// whose tokens are configured.
+// console. With API tokens set, that sign-in is refused, saying why (a
+// session that opened those routes would be an open door; one that did
+// not could show no job); and an insecure session made before the tokens
+// were set opens only the routes that are open anyway.
 func TestAnInsecureSessionDoesNotOpenRoutesWithTokens(t *testing.T) {
 	t.Parallel()
 	a := setup(t)
-	srv := a.replicaWith(t, api.Config{Insecure: true, APITokens: []string{apiToken}})
-	r := srv.do(t, "POST", "/api/console/login", `{"token":"anything"}`, bearer("")).want(t, http.StatusOK)
+	open := a.replicaWith(t, api.Config{Insecure: true})
+	r := open.do(t, "POST", "/api/console/login", `{"token":"anything"}`, bearer("")).want(t, http.StatusOK)
 	c := (&http.Response{Header: r.header}).Cookies()[0]
+
+	srv := a.replicaWith(t, api.Config{Insecure: true, APITokens: []string{apiToken}})
+	srv.do(t, "POST", "/api/console/login", `{"token":"anything"}`, bearer("")).errorCode(t, http.StatusForbidden, "forbidden")
 	srv.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), cookie(c)).errorCode(t, http.StatusUnauthorized, "unauthorized")
 	srv.do(t, "GET", "/api/dispatch/jobs", "", bearer(apiToken)).want(t, http.StatusOK)
 	srv.do(t, "GET", "/api/admin/dispatch/credentials", "", bearer(""), cookie(c)).want(t, http.StatusOK) // no admin token: open
