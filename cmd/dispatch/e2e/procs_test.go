@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,9 +14,10 @@ import (
 	"github.com/dispatchhq/dispatch/store/storetest"
 )
 
-// An idle process runs on one P (docs/decisions/adaptive-procs.md), and
-// says so in /metrics; one started with GOMAXPROCS keeps what it was given.
-func TestAnIdleProcessRunsOnOnePUnlessGOMAXPROCSIsSet(t *testing.T) {
+// An idle process runs on one P (docs/decisions/adaptive-procs.md) and
+// says so in /metrics; busy, it has the runtime's default back, and idle
+// again, one P. One started with GOMAXPROCS keeps what it was given.
+func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 	t.Parallel()
 	q := sqstest.New(t, 30*time.Second)
 	// GOMAXPROCS= (empty) unsets it for the runtime too, should the test's
@@ -26,8 +32,58 @@ func TestAnIdleProcessRunsOnOnePUnlessGOMAXPROCSIsSet(t *testing.T) {
 		return v
 	}
 	eventually(t, 30*time.Second, func() bool { return procsOf(adaptive) == 1 },
-		func() string { return fmt.Sprintf("the idle process still runs on %v Ps", procsOf(adaptive)) })
+		func() string { return fmt.Sprintf("the idle process runs on %v Ps", procsOf(adaptive)) })
 	if n := procsOf(pinned); n != 2 {
 		t.Errorf("the process started with GOMAXPROCS=2 runs on %v Ps", n)
 	}
+	if runtime.NumCPU() == 1 {
+		return // one CPU: one P is the default too
+	}
+
+	// Busy: batches of jobs from four clients until it has its cores.
+	rc := newReceiver(t, nil)
+	jobs := make([]map[string]any, 100)
+	for i := range jobs {
+		jobs[i] = jobBody(rc.URL, nil)
+	}
+	body, _ := json.Marshal(map[string]any{"jobs": jobs})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", adaptive.apiURL+"/api/dispatch/jobs/batch", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+apiToken)
+				req.Header.Set("Content-Type", "application/json")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	busy := within(30*time.Second, func() bool { return procsOf(adaptive) > 1 })
+	close(stop)
+	wg.Wait()
+	if !busy {
+		t.Fatalf("under load the process still runs on %v Ps", procsOf(adaptive))
+	}
+	eventually(t, 60*time.Second, func() bool { return procsOf(adaptive) == 1 },
+		func() string { return fmt.Sprintf("idle again, the process runs on %v Ps", procsOf(adaptive)) })
+}
+
+// within reports whether cond holds within timeout, checking it every 20 ms.
+func within(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
