@@ -349,7 +349,7 @@ func TestAClaimThatCannotBeWrittenIsTriedAgain(t *testing.T) {
 // of the abandoned attempt later, nor tries again and again.
 func TestAClaimGivenBackWhoseWriteFailsIsNotWrittenLater(t *testing.T) {
 	t.Parallel()
-	s, _, second := behindAnOpenBreaker(t)
+	s, _, _ := behindAnOpenBreaker(t)
 	fc := &failingClaims{Store: s.store}
 	proc := mediator.NewProcessor(fc, mediator.ProcessorConfig{
 		ClaimAfter: 20 * time.Millisecond, Sender: newSender(5*time.Second, true),
@@ -362,7 +362,7 @@ func TestAClaimGivenBackWhoseWriteFailsIsNotWrittenLater(t *testing.T) {
 	if _, err := proc.Process(handed(t.Context(), first), dispatch.Pointer{ID: dispatch.FormatID(first.ID), PoolCode: dispatch.DefaultPool}); err != nil {
 		t.Fatal(err)
 	}
-	second = s.createJob(t, tg.URL, nil)
+	second := s.createJob(t, tg.URL, nil)
 	fc.failed.Store(false)
 	calls := fc.calls.Load()
 	d, err := proc.Process(handed(t.Context(), second), dispatch.Pointer{ID: dispatch.FormatID(second.ID), PoolCode: dispatch.DefaultPool})
