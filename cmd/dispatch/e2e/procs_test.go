@@ -66,24 +66,11 @@ func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 			}
 		})
 	}
-	busy := within(30*time.Second, func() bool { return procsOf(adaptive) > 1 })
-	close(stop)
-	wg.Wait()
-	if !busy {
-		t.Fatalf("under load the process still runs on %v Ps", procsOf(adaptive))
-	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad() // also when the wait below fails
+	eventually(t, 30*time.Second, func() bool { return procsOf(adaptive) > 1 },
+		func() string { return fmt.Sprintf("under load the process still runs on %v Ps", procsOf(adaptive)) })
+	stopLoad()
 	eventually(t, 60*time.Second, func() bool { return procsOf(adaptive) == 1 },
 		func() string { return fmt.Sprintf("idle again, the process runs on %v Ps", procsOf(adaptive)) })
-}
-
-// within reports whether cond holds within timeout, checking it every 20 ms.
-func within(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
