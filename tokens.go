@@ -12,11 +12,14 @@ import (
 // with them alike.
 type Tokens [][32]byte
 
-// NewTokens hashes the accepted tokens.
+// NewTokens hashes the accepted tokens. An empty one is no token: Tokens
+// of none match nothing.
 func NewTokens(tokens ...string) Tokens {
-	sums := make(Tokens, len(tokens))
-	for i, t := range tokens {
-		sums[i] = sha256.Sum256([]byte(t))
+	sums := make(Tokens, 0, len(tokens))
+	for _, t := range tokens {
+		if t != "" {
+			sums = append(sums, sha256.Sum256([]byte(t)))
+		}
 	}
 	return sums
 }

@@ -27,4 +27,8 @@ func TestBearerTokensAreReadAndMatchedAsTheRoutesCheckThem(t *testing.T) {
 	if dispatch.NewTokens().Match("") {
 		t.Error("no tokens matched the empty token")
 	}
+	// An unset token ("") is none: it opens nothing, not even to "".
+	if unset := dispatch.NewTokens(""); len(unset) != 0 || unset.Match("") {
+		t.Errorf("NewTokens(\"\") = %d tokens, matching the empty one: %v", len(unset), unset.Match(""))
+	}
 }

@@ -21,8 +21,7 @@ import (
 // auth requires a bearer token from the given set. With no tokens set the
 // route is open only in insecure mode. Tokens are compared in constant time
 // (over their SHA-256, so lengths do not leak either) and never echoed.
-func (s *Server) auth(realm string, allowed []string) gin.HandlerFunc {
-	tokens := dispatch.NewTokens(allowed...)
+func (s *Server) auth(realm string, tokens dispatch.Tokens) gin.HandlerFunc {
 	// A console session stands in for the admin token. Without one (insecure
 	// mode lets anyone sign in) it opens only the routes that are open
 	// anyway: a realm with tokens of its own still wants one of them.

@@ -136,8 +136,10 @@ type Server struct {
 	metrics   *apiMetrics
 	now       func() time.Time
 	sessions  sessions
-	console   *console
-	signIns   *signInThrottle
+	// adminTokens is the admin token, hashed once (none: no admin token).
+	adminTokens dispatch.Tokens
+	console     *console
+	signIns     *signInThrottle
 	// publicHTTPS: DISPATCH_PUBLIC_URL is https.
 	publicHTTPS bool
 }
@@ -154,7 +156,7 @@ func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *S
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: sessions{db: store, token: []byte(cfg.AdminToken)}, console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+		sessions: sessions{db: store, token: []byte(cfg.AdminToken)}, adminTokens: dispatch.NewTokens(cfg.AdminToken), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
 	if cfg.Now != nil {
 		s.now = cfg.Now
 	}
@@ -252,7 +254,7 @@ func (s *Server) routes() *gin.Engine {
 	e.POST("/api/console/login", s.limitBody, s.login)
 	e.POST("/api/console/logout", s.logout)
 
-	jobs := e.Group("/api/dispatch", s.auth("api", s.cfg.APITokens))
+	jobs := e.Group("/api/dispatch", s.auth("api", dispatch.NewTokens(s.cfg.APITokens...)))
 	jobs.GET("/stats", s.stats)
 	jobs.GET("/monitoring", s.monitoring)
 	jobs.GET("/storage", s.storage)
@@ -279,7 +281,7 @@ func (s *Server) routes() *gin.Engine {
 	jobs.GET("/events/:id", s.getEvent)
 
 	if s.processor != nil {
-		internal := s.auth("internal", tokens(s.cfg.InternalToken))
+		internal := s.auth("internal", dispatch.NewTokens(s.cfg.InternalToken))
 		e.POST("/api/dispatch/process", internal, s.limitBody, s.process)
 		e.GET("/api/dispatch/process/circuit-breakers", internal, s.circuitBreakers)
 		e.POST("/api/dispatch/process/circuit-breakers/:host/reset", internal, s.resetCircuitBreaker)
@@ -289,7 +291,7 @@ func (s *Server) routes() *gin.Engine {
 		}
 	}
 
-	admin := e.Group("/api/admin/dispatch", s.auth("admin", tokens(s.cfg.AdminToken)))
+	admin := e.Group("/api/admin/dispatch", s.auth("admin", s.adminTokens))
 	admin.POST("/credentials", s.limitBody, s.createCredentials)
 	admin.GET("/credentials", s.listCredentials)
 	admin.GET("/credentials/:id", s.getCredentials)
@@ -300,13 +302,6 @@ func (s *Server) routes() *gin.Engine {
 	admin.GET("/alerts/destinations", s.listAlertDestinations)
 	admin.DELETE("/alerts/destinations/:id", s.deleteAlertDestination)
 	return e
-}
-
-func tokens(t string) []string {
-	if t == "" {
-		return nil
-	}
-	return []string{t}
 }
 
 func (s *Server) ready(c *gin.Context) {

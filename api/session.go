@@ -158,7 +158,7 @@ func (s *Server) login(c *gin.Context) {
 		return
 	}
 	if !insecure {
-		if s.cfg.AdminToken == "" || !dispatch.NewTokens(s.cfg.AdminToken).Match(token) {
+		if !s.adminTokens.Match(token) {
 			s.log.Warn("console sign-in refused", "remote", addr)
 			s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "that is not the admin token"))
 			return

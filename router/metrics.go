@@ -170,7 +170,7 @@ func (r *Router) Handler(metrics http.Handler) http.Handler {
 // request when none is configured: local use without tokens).
 func (r *Router) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if r.adminToken != nil {
+		if len(r.adminToken) > 0 {
 			// As the API checks it (dispatch.Tokens).
 			token, ok := dispatch.BearerToken(req.Header.Get("Authorization"))
 			if !ok || !r.adminToken.Match(token) {

@@ -104,7 +104,7 @@ type Router struct {
 	def     *Pool
 	maxHeld int
 	metrics *metrics
-	// adminToken is the listener's admin token, hashed (nil: none set).
+	// adminToken is the listener's admin token, hashed (empty: none set).
 	adminToken dispatch.Tokens
 
 	mu        sync.Mutex
@@ -237,9 +237,7 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, groupPool: map[string]*Pool{},
 		holds: map[string]hold{}, warned: map[string]bool{}, stopped: make(chan struct{}),
 	}
-	if cfg.AdminToken != "" {
-		r.adminToken = dispatch.NewTokens(cfg.AdminToken)
-	}
+	r.adminToken = dispatch.NewTokens(cfg.AdminToken)
 	for _, sc := range srcs {
 		if sc.Connections <= 0 {
 			sc.Connections = 1
