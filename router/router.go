@@ -682,11 +682,12 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			for _, x := range released {
 				r.unhold(x)
 			}
-			if m.local == nil {
-				// A job taken in process is ungrouped: nothing comes after
-				// it to hold back, and its pointer may never come back
-				// here (a hold would wait for the heartbeat's expiry, and
-				// without a queue answering, for good).
+			if m.group != m.ptr.ID {
+				// An ungrouped job (its group is its id, as every job taken
+				// in process is) has nothing after it to hold back, and its
+				// pointer may never come back here: a hold would wait for
+				// the heartbeat's expiry, and without a queue answering,
+				// for good.
 				r.holdGroup(m, delay)
 			}
 		} else if h, ok := r.holds[m.group]; ok && m.seq >= h.seq {
