@@ -21,7 +21,7 @@ type deferredClaim struct {
 	job dispatch.Job
 
 	mu      sync.Mutex  // held while the claim is written
-	timer   *time.Timer // the next write (a failed one sets another)
+	timer   *time.Timer // the timer's write (reset after a failed one)
 	settled bool        // written, or left to the record
 	decided bool        // the record need not write the claim: written, or the job moved on
 	moved   bool        // the job moved on: the claim is not this attempt's to give back
@@ -44,11 +44,11 @@ func (p *Processor) deferClaim(ctx context.Context, log *slog.Logger, j dispatch
 // ends before a long delivery does, and the sweep would send its pointer
 // to another replica.
 func (dc *deferredClaim) writeWhileRunning(ctx context.Context) {
-	if dc.write(ctx) != nil && dc.job.ClaimedUntil != nil && time.Now().Add(dc.p.claimAfter).Before(*dc.job.ClaimedUntil) {
+	if dc.write(ctx) != nil && dc.job.ClaimedUntil != nil && dc.p.now().Add(dc.p.claimAfter).Before(*dc.job.ClaimedUntil) {
 		dc.mu.Lock()
 		defer dc.mu.Unlock()
 		if !dc.settled {
-			dc.timer = time.AfterFunc(dc.p.claimAfter, func() { dc.writeWhileRunning(ctx) })
+			dc.timer.Reset(dc.p.claimAfter) // runs this again
 		}
 	}
 }
@@ -103,7 +103,7 @@ func (dc *deferredClaim) settle() bool {
 	}
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
-	dc.timer.Stop() // under the lock: a failed write sets a new one
+	dc.timer.Stop() // under the lock: a failed write resets it
 	dc.settled = true
 	return !dc.decided
 }
