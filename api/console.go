@@ -89,7 +89,8 @@ func (cn *console) serveStatic(c *gin.Context) {
 	name := strings.TrimPrefix(path.Clean(c.Param("file")), "/")
 	b, err := fs.ReadFile(cn.static, name)
 	if c.Param("version") != cn.version || err != nil {
-		c.AbortWithStatusJSON(http.StatusNotFound, errorBody{Error: errorDetail{Code: dispatch.ENotFound, Message: "no such console file"}})
+		c.Abort()
+		writeJSON(c, http.StatusNotFound, errorBody{Error: errorDetail{Code: dispatch.ENotFound, Message: "no such console file"}})
 		return
 	}
 	ct := mime.TypeByExtension(path.Ext(name))

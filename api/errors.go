@@ -57,7 +57,8 @@ func (s *Server) writeError(c *gin.Context, err error) {
 }
 
 func (s *Server) writeErrorStatus(c *gin.Context, status int, de *dispatch.Error) {
-	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: de.Code, Message: de.Message, Details: de.Details}})
+	c.Abort()
+	writeJSON(c, status, errorBody{Error: errorDetail{Code: de.Code, Message: de.Message, Details: de.Details}})
 }
 
 func (s *Server) recoverer(c *gin.Context) {
