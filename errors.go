@@ -86,11 +86,17 @@ func (p Problems) Err() error {
 	if len(p) == 0 {
 		return nil
 	}
-	if len(p) > MaxDetails {
-		more := len(p) - MaxDetails + 1
-		p = append(p[:MaxDetails-1:MaxDetails-1], FieldError{Field: "body", Message: fmt.Sprintf("and %d more problems", more)})
+	return &Error{Code: EInvalid, Message: "the request has invalid fields", Details: p.Capped()}
+}
+
+// Capped is p, or past MaxDetails problems its first ones and, last, how
+// many more there are.
+func (p Problems) Capped() Problems {
+	if len(p) <= MaxDetails {
+		return p
 	}
-	return &Error{Code: EInvalid, Message: "the request has invalid fields", Details: p}
+	more := len(p) - MaxDetails + 1
+	return append(p[:MaxDetails-1:MaxDetails-1], FieldError{Field: "body", Message: fmt.Sprintf("and %d more problems", more)})
 }
 
 // MaxVisibilityDelay is SQS's longest visibility timeout (12 h): the

@@ -65,10 +65,7 @@ func withItemProblems(err error, errs []error) error {
 			details.AddItem(i, de)
 		}
 	}
-	all.Details = details
-	if len(all.Details) > dispatch.MaxDetails {
-		all.Details = all.Details[:dispatch.MaxDetails]
-	}
+	all.Details = details.Capped()
 	return &all
 }
 

@@ -256,6 +256,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		if nRefused > 1 {
 			refused.Message += fmt.Sprintf(" (and %d more items: see details)", nRefused-1)
 		}
+		refused.Details = dispatch.Problems(refused.Details).Capped()
 		return nil, nil, refused
 	}
 	if len(valid) == 0 {
@@ -298,9 +299,6 @@ func refuseItem(so *dispatch.Error, i int, de *dispatch.Error) *dispatch.Error {
 		so = &dispatch.Error{Code: de.Code, Message: fmt.Sprintf("jobs[%d]: %s", i, de.Message)}
 	}
 	(*dispatch.Problems)(&so.Details).AddItem(i, de)
-	if len(so.Details) > dispatch.MaxDetails {
-		so.Details = so.Details[:dispatch.MaxDetails]
-	}
 	return so
 }
 
