@@ -19,11 +19,12 @@ import (
 // again, one P. One started with GOMAXPROCS keeps what it was given.
 func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 	t.Parallel()
-	q := sqstest.New(t, 30*time.Second)
+	// Each its own database and queue: neither sees the other's jobs.
 	// GOMAXPROCS= (empty) unsets it for the runtime too, should the test's
 	// own environment set it.
-	adaptive := spawn(t, "all", append(baseEnv(storetest.NewDatabase(t), q, map[string]string{"DISPATCH_LOG_LEVEL": "warn"}), "GOMAXPROCS="))
-	pinned := spawn(t, "all", append(baseEnv(storetest.NewDatabase(t), q, map[string]string{"DISPATCH_LOG_LEVEL": "warn"}), "GOMAXPROCS=2"))
+	quiet := map[string]string{"DISPATCH_LOG_LEVEL": "warn"}
+	adaptive := spawn(t, "all", append(baseEnv(storetest.NewDatabase(t), sqstest.New(t, 30*time.Second), quiet), "GOMAXPROCS="))
+	pinned := spawn(t, "all", append(baseEnv(storetest.NewDatabase(t), sqstest.New(t, 30*time.Second), quiet), "GOMAXPROCS=2"))
 	procsOf := func(p *proc) float64 {
 		v, ok := sample(scrape(t, p.apiURL), "go_sched_gomaxprocs_threads")
 		if !ok {
@@ -40,7 +41,9 @@ func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 		return // one CPU: one P is the default too
 	}
 
-	// Busy: batches of jobs from four clients until it has its cores.
+	// Busy: batches of jobs from four clients until it has its cores,
+	// whether it gets half a core (an idle machine) or its goroutines
+	// queue for the one P (a machine busy with the rest of the suite).
 	rc := newReceiver(t, nil)
 	jobs := make([]map[string]any, 100)
 	for i := range jobs {
@@ -48,6 +51,9 @@ func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 	}
 	body, _ := json.Marshal(map[string]any{"jobs": jobs})
 	stop := make(chan struct{})
+	var mu sync.Mutex
+	codes := map[int]int{}
+	statuses := func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(codes) }
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -62,6 +68,9 @@ func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 				req.Header.Set("Content-Type", "application/json")
 				if resp, err := http.DefaultClient.Do(req); err == nil {
 					resp.Body.Close()
+					mu.Lock()
+					codes[resp.StatusCode]++
+					mu.Unlock()
 				}
 			}
 		})
@@ -69,7 +78,10 @@ func TestAProcessRunsOnOnePWhileIdleUnlessGOMAXPROCSIsSet(t *testing.T) {
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopLoad() // also when the wait below fails
 	eventually(t, 30*time.Second, func() bool { return procsOf(adaptive) > 1 },
-		func() string { return fmt.Sprintf("under load the process still runs on %v Ps", procsOf(adaptive)) })
+		func() string {
+			cpu, _ := sample(scrape(t, adaptive.apiURL), "process_cpu_seconds_total")
+			return fmt.Sprintf("under load the process still runs on %v Ps (cpu %.2fs, answers %v)", procsOf(adaptive), cpu, statuses())
+		})
 	stopLoad()
 	eventually(t, 60*time.Second, func() bool { return procsOf(adaptive) == 1 },
 		func() string { return fmt.Sprintf("idle again, the process runs on %v Ps", procsOf(adaptive)) })

@@ -5,7 +5,9 @@
 // on waking them: each request readies goroutines, the thread of an idle P
 // is woken to look for them (futex calls, context switches), finds little
 // and sleeps again. On one P that work is not done; under load one P is not
-// enough. See docs/decisions/adaptive-procs.md.
+// enough, and neither is it when the machine is so busy that the process
+// gets less than half a core: its goroutines then wait for their one P.
+// See docs/decisions/adaptive-procs.md.
 package procs
 
 import (
@@ -14,12 +16,13 @@ import (
 	"time"
 )
 
-// The governor's settings. Its CPU use is sampled every FastSample on one
-// P (so that a burst has the cores within that) and every Sample on more;
-// at Busy cores or more it goes back to the default at once, and below
-// Idle cores for Quiet in a row it goes to one P. The band between the two
-// keeps it from flapping: on one P the same load costs less CPU than on
-// several.
+// The governor's settings. Its CPU use and its goroutines' wait for a P
+// are sampled every FastSample on one P (so that a burst has the cores
+// within that) and every Sample on more. At Busy cores or more, or Busy
+// seconds of waiting per second, it goes back to the default at once;
+// below Idle on both for Quiet in a row it goes to one P. The band
+// between the two keeps it from flapping: on one P the same load costs
+// less CPU than on several.
 const (
 	FastSample = 50 * time.Millisecond
 	Sample     = 250 * time.Millisecond
@@ -40,14 +43,20 @@ type Governor struct {
 // getting busy.
 func NewGovernor(max int) *Governor { return &Governor{max: max, cur: 1} }
 
-// Next takes the CPU use (cores) over the last sample, which lasted d, and
-// returns the Ps for the next one: max or 1.
-func (g *Governor) Next(use float64, d time.Duration) int {
+// Next takes the last sample, which lasted d: the CPU the process used
+// (cores) and the time its goroutines waited, runnable, for a P (seconds
+// per second, as the runtime records them). It returns the Ps for the
+// next sample: max or 1.
+//
+// Waiting matters on one P when the machine is busy: the process gets
+// less than half a core, its CPU use stays low and its goroutines queue
+// for the one P, whose thread the system runs only part of the time.
+func (g *Governor) Next(use, wait float64, d time.Duration) int {
 	switch {
-	case use >= Busy:
+	case use >= Busy || wait >= Busy:
 		g.quiet = 0
 		g.cur = g.max
-	case use < Idle:
+	case use < Idle && wait < Idle:
 		if g.quiet += d; g.quiet >= Quiet {
 			g.cur = 1
 		}
@@ -77,6 +86,7 @@ func Adapt(ctx context.Context, getenv func(string) string) {
 	if !ok {
 		return
 	}
+	waits := newWaitMeter()
 	g := NewGovernor(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)
 	lastAt := time.Now()
@@ -95,9 +105,10 @@ func Adapt(ctx context.Context, getenv func(string) string) {
 			now := time.Now()
 			d := now.Sub(lastAt)
 			use := (cpu - last).Seconds() / d.Seconds()
+			wait := waits.read() / d.Seconds()
 			last, lastAt = cpu, now
 			was := g.cur
-			switch g.Next(use, d) {
+			switch g.Next(use, wait, d) {
 			case was:
 			case 1:
 				runtime.GOMAXPROCS(1)
