@@ -16,13 +16,16 @@ const (
 
 // CheckEventPattern reports whether pattern is one a subscription's
 // eventTypes may hold (an event type, "prefix.*" or "*"), noting a problem
-// with field when not.
+// with field when not. A pattern no event type could match (".order",
+// "order.": CheckEventType refuses a leading or trailing dot) is refused:
+// it would leave its subscription ACTIVE and silent.
 func CheckEventPattern(p *Problems, field, pattern string) bool {
 	if pattern == "*" {
 		return true
 	}
-	exact := strings.TrimSuffix(pattern, ".*")
-	if exact == "" || utf8.RuneCountInString(pattern) > MaxTypeLen || strings.ContainsAny(exact, "* \t") || hasControl(exact) {
+	exact, prefix := strings.CutSuffix(pattern, ".*")
+	if exact == "" || utf8.RuneCountInString(pattern) > MaxTypeLen || strings.ContainsAny(exact, "* \t") || hasControl(exact) ||
+		strings.HasPrefix(exact, ".") || (!prefix && strings.HasSuffix(exact, ".")) {
 		p.Add(field, "must be an event type (order.created), a prefix (order.*) or *")
 		return false
 	}
@@ -40,13 +43,13 @@ func CheckOrderingKey(p *Problems, key string) bool {
 	return true
 }
 
-// CheckEventType notes a problem with type when t, set, is not a dotted
+// CheckEventType notes a problem with field when t, set, is not a dotted
 // event type a subscription's patterns can match.
-func CheckEventType(p *Problems, t string) {
+func CheckEventType(p *Problems, field, t string) {
 	// A type is sent as the X-Dispatch-Event-Type header of its jobs: with a
 	// control character net/http would refuse every attempt.
 	if t != "" && (strings.ContainsAny(t, "* \t") || hasControl(t) || strings.HasSuffix(t, ".") || strings.HasPrefix(t, ".")) {
-		p.Add("type", "must be a dotted event type such as order.created (no *, spaces, control characters, or leading/trailing dot)")
+		p.Add(field, "must be a dotted event type such as order.created (no *, spaces, control characters, or leading/trailing dot)")
 	}
 }
 
@@ -58,7 +61,6 @@ func CheckEventType(p *Problems, t string) {
 func CheckFilter(p *Problems, m map[string]string) {
 	if len(m) > MaxEventMetadata {
 		p.Add("filter", "holds %d pairs; an event carries at most %d, so it could match none", len(m), MaxEventMetadata)
-		return
 	}
 	checkPairs(p, "filter", m)
 	for _, k := range reservedEventKeys {
@@ -78,9 +80,8 @@ var reservedEventKeys = []string{"eventId", "subscriptionId"}
 func CheckEventMetadata(p *Problems, m map[string]string) {
 	if len(m) > MaxEventMetadata {
 		p.Add("metadata", "holds %d pairs; at most %d are allowed on an event", len(m), MaxEventMetadata)
-	} else {
-		CheckMetadata(p, m)
 	}
+	checkPairs(p, "metadata", m)
 	for _, k := range reservedEventKeys {
 		if _, ok := m[k]; ok {
 			p.Add("metadata."+k, "is reserved: dispatch sets it on the jobs")

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -69,6 +70,32 @@ func TestCheckHeadersAndMetadata(t *testing.T) {
 	dispatch.CheckEventMetadata(&p, map[string]string{"eventId": "1", "k": "v"})
 	if got := fieldsOf(p); !slices.Equal(got, []string{"metadata.eventId"}) {
 		t.Errorf("event metadata: problems %v", p)
+	}
+
+	// Too many pairs, and a bad one among them: both named in one answer,
+	// not the second only once the first is mended.
+	for _, c := range []struct {
+		check func(*dispatch.Problems, map[string]string)
+		max   int
+		name  string
+	}{
+		{dispatch.CheckMetadata, dispatch.MaxMetadataPairs, "job metadata"},
+		{dispatch.CheckEventMetadata, dispatch.MaxEventMetadata, "event metadata"},
+		{dispatch.CheckFilter, dispatch.MaxEventMetadata, "filter"},
+	} {
+		m := map[string]string{"long": strings.Repeat("x", dispatch.MaxMetadataValLen+1)}
+		for i := range c.max {
+			m[fmt.Sprintf("k%02d", i)] = "v"
+		}
+		p = nil
+		c.check(&p, m)
+		field := "metadata"
+		if c.name == "filter" {
+			field = "filter"
+		}
+		if got := fieldsOf(p); !slices.Equal(got, []string{field, field + ".long"}) {
+			t.Errorf("%s of %d pairs, one too long: problems %v", c.name, len(m), p)
+		}
 	}
 }
 
@@ -142,28 +169,30 @@ func TestCheckQueueAndPool(t *testing.T) {
 
 func TestCheckEventValues(t *testing.T) {
 	var p dispatch.Problems
-	for _, ok := range []string{"*", "order.*", "order.created"} {
+	// order..* matches order..x, a type CheckEventType takes.
+	for _, ok := range []string{"*", "order.*", "order.created", "order..*"} {
 		if !dispatch.CheckEventPattern(&p, "eventTypes[0]", ok) {
 			t.Errorf("pattern %q refused", ok)
 		}
 	}
-	dispatch.CheckEventType(&p, "order.created")
-	dispatch.CheckEventType(&p, "")
+	dispatch.CheckEventType(&p, "type", "order.created")
+	dispatch.CheckEventType(&p, "type", "")
 	if !dispatch.CheckOrderingKey(&p, "/customerId") || len(p) != 0 {
 		t.Fatalf("valid values refused: %v", p)
 	}
-	for _, bad := range []string{"", ".*", "a*b", "a b.*", strings.Repeat("a", dispatch.MaxTypeLen+1)} {
+	// The last four could match no type: one has no leading or trailing dot.
+	for _, bad := range []string{"", ".*", "a*b", "a b.*", strings.Repeat("a", dispatch.MaxTypeLen+1), "order.", ".order", ".order.*", "..*"} {
 		if dispatch.CheckEventPattern(&p, "eventTypes[1]", bad) {
 			t.Errorf("pattern %q accepted", bad)
 		}
 	}
 	for _, bad := range []string{"order.*", ".order", "order.", "a b"} {
-		dispatch.CheckEventType(&p, bad)
+		dispatch.CheckEventType(&p, "type", bad)
 	}
 	if dispatch.CheckOrderingKey(&p, "customerId") || dispatch.CheckOrderingKey(&p, "/a\nb") {
 		t.Error("a bad ordering key was accepted")
 	}
-	want := slices.Concat(slices.Repeat([]string{"eventTypes[1]"}, 5), slices.Repeat([]string{"type"}, 4), []string{"orderingKey", "orderingKey"})
+	want := slices.Concat(slices.Repeat([]string{"eventTypes[1]"}, 9), slices.Repeat([]string{"type"}, 4), []string{"orderingKey", "orderingKey"})
 	if got := fieldsOf(p); !slices.Equal(got, want) {
 		t.Errorf("problems %v, want fields %v", p, want)
 	}

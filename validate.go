@@ -183,7 +183,6 @@ func CheckHeaders(p *Problems, h map[string]string) {
 func CheckMetadata(p *Problems, m map[string]string) {
 	if len(m) > MaxMetadataPairs {
 		p.Add("metadata", "holds %d pairs; at most %d are allowed", len(m), MaxMetadataPairs)
-		return
 	}
 	checkPairs(p, "metadata", m)
 }

@@ -59,6 +59,9 @@ func (s *Server) listSubscriptions(c *gin.Context) {
 	if f.Status != "" && !f.Status.Valid() {
 		p.Add("status", "must be one of ACTIVE, PENDING_VERIFICATION, DISABLED")
 	}
+	// The subscriptions an event of this type would reach: a pattern here
+	// (order.*) would match only the patterns spelt the same.
+	dispatch.CheckEventType(&p, "eventType", f.EventType)
 	if err := p.Err(); err != nil {
 		s.writeError(c, err)
 		return

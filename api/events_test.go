@@ -147,6 +147,11 @@ func TestEventsAndSubscriptionsRoutes(t *testing.T) {
 		t.Fatalf("ACTIVE subscriptions for order.created: %+v, want exact and prefix", list.Items)
 	}
 	f.do(t, "GET", "/api/dispatch/subscriptions?status=SLEEPY&size=0", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	// eventType is an event's type: a pattern would list only the
+	// subscriptions spelt the same, not those an order.x event reaches.
+	if fields := f.do(t, "GET", "/api/dispatch/subscriptions?eventType=order.*", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid); !slices.Equal(fields, []string{"eventType"}) {
+		t.Errorf("eventType=order.*: fields %v, want [eventType]", fields)
+	}
 	f.do(t, "GET", "/api/dispatch/subscriptions/abc", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
 
 	// Patch: null clears an optional field; a bad patch changes nothing.
@@ -242,7 +247,8 @@ func TestVerifyWithoutVerifier(t *testing.T) {
 
 // An event type is sent as a header of its jobs' requests: one holding a
 // control character could never be delivered, so it is refused with the
-// event, as a subscription pattern holding one (it could match no event).
+// event, as a subscription pattern holding one (it could match no event)
+// or a leading or trailing dot.
 // Nothing is stored.
 func TestAControlCharacterInAnEventTypeIsRefused(t *testing.T) {
 	f := setup(t)
@@ -259,6 +265,19 @@ func TestAControlCharacterInAnEventTypeIsRefused(t *testing.T) {
 		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
 	if !slices.Equal(fields, []string{"eventTypes[0]"}) {
 		t.Errorf("pattern: fields %v, want [eventTypes[0]]", fields)
+	}
+	// Nor a pattern with a leading or trailing dot: no type has one.
+	fields = f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["order.","ok.*",".order.*"]}`).
+		errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	if !slices.Equal(fields, []string{"eventTypes[0]", "eventTypes[2]"}) {
+		t.Errorf("dotted patterns: fields %v, want [eventTypes[0] eventTypes[2]]", fields)
+	}
+	var subs struct {
+		TotalItems int `json:"totalItems"`
+	}
+	f.do(t, "GET", "/api/dispatch/subscriptions", "").want(t, http.StatusOK).decode(t, &subs)
+	if subs.TotalItems != 1 {
+		t.Errorf("%d subscriptions stored, want only the first test's", subs.TotalItems)
 	}
 	var events struct {
 		Items []json.RawMessage `json:"items"`
@@ -281,10 +300,12 @@ func TestAFilterThatCouldMatchNoEventIsRefused(t *testing.T) {
 	}
 	long := strings.Repeat("x", dispatch.MaxMetadataValLen+1)
 	for body, want := range map[string][]string{
-		`{"k":"` + long + `"}`:                       {"filter.k"},
-		`{"eventId":"1","subscriptionId":"2"}`:       {"filter.eventId", "filter.subscriptionId"},
-		`{` + strings.Join(pairs, ",") + `}`:         {"filter"},
-		`{"region":"eu","eventId":"1","n":"\u0000"}`: {"filter.eventId", "filter.n"},
+		`{"k":"` + long + `"}`:                 {"filter.k"},
+		`{"eventId":"1","subscriptionId":"2"}`: {"filter.eventId", "filter.subscriptionId"},
+		`{` + strings.Join(pairs, ",") + `}`:   {"filter"},
+		// too many pairs, and a bad one among them: both named at once
+		`{` + strings.Join(pairs, ",") + `,"eventId":"1","k":"` + long + `"}`: {"filter", "filter.eventId", "filter.k"},
+		`{"region":"eu","eventId":"1","n":"\u0000"}`:                          {"filter.eventId", "filter.n"},
 	} {
 		fields := f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"n","url":"http://127.0.0.1:1/x","eventTypes":["*"],"filter":`+body+`}`).
 			errorCode(t, http.StatusBadRequest, dispatch.EInvalid)

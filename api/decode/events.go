@@ -204,7 +204,7 @@ func Event(body []byte) (*dispatch.Event, any, error) {
 	e := &dispatch.Event{}
 	e.Source = d.str("source", dispatch.MaxSourceLen, true)
 	e.Type = d.str("type", dispatch.MaxTypeLen, true)
-	dispatch.CheckEventType(&p, e.Type)
+	dispatch.CheckEventType(&p, "type", e.Type)
 	e.IdempotencyKey = d.str("idempotencyKey", dispatch.MaxIdempotencyLen, false)
 	e.Metadata = d.stringMap("metadata")
 	dispatch.CheckEventMetadata(&p, e.Metadata)
