@@ -131,6 +131,7 @@ type EventFilter struct {
 type SubscriptionFilter struct {
 	EventType string // subscriptions an event of this type would reach
 	Status    SubscriptionStatus
+	Before    int64 // keyset cursor: only subscriptions with smaller ids (older)
 }
 
 // MatchKeys are the patterns that match an event type: the type itself,

@@ -54,8 +54,8 @@ func (s *Server) verify(ctx context.Context, id int64) (dispatch.Subscription, e
 func (s *Server) listSubscriptions(c *gin.Context) {
 	q := c.Request.URL.Query()
 	var p dispatch.Problems
-	page, size := paging(q, &p, "eventType", "status")
-	f := dispatch.SubscriptionFilter{EventType: q.Get("eventType"), Status: dispatch.SubscriptionStatus(q.Get("status"))}
+	page, size := paging(q, &p, "eventType", "status", "before")
+	f := dispatch.SubscriptionFilter{EventType: q.Get("eventType"), Status: dispatch.SubscriptionStatus(q.Get("status")), Before: cursorParam(q, &p)}
 	if f.Status != "" && !f.Status.Valid() {
 		p.Add("status", "must be one of ACTIVE, PENDING_VERIFICATION, DISABLED")
 	}
@@ -81,11 +81,14 @@ func (s *Server) listSubscriptions(c *gin.Context) {
 		return
 	}
 	items := make([]subscriptionView, len(subs))
+	var last int64
 	for i, sub := range subs {
-		items[i] = viewSubscription(sub)
+		items[i], last = viewSubscription(sub), sub.ID
 		items[i].Health = viewSubscriptionHealth(health[sub.ID])
 	}
-	writePage(c, items, page, size, total, 0, false)
+	// nextBefore: a list read page by page while subscriptions are made or
+	// deleted neither repeats nor skips one, as an offset would.
+	writePage(c, items, page, size, total, last, true)
 }
 
 // getSubscription answers a subscription with its health.

@@ -609,3 +609,43 @@ func TestSubscriptionWhoseHandshakeCannotRunIsAnsweredAsStored(t *testing.T) {
 		t.Errorf("%d subscriptions stored, want 1", n)
 	}
 }
+
+// The subscriptions read page by page with nextBefore while one is made
+// meanwhile: no subscription comes twice and none is skipped, as it would
+// by offset (page 1 would start with page 0's last).
+func TestSubscriptionsReadPageByPageWhileOneIsMadeNeitherRepeatNorSkip(t *testing.T) {
+	f := setup(t)
+	create := func(name string) string {
+		var sub subscriptionOut
+		f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"`+name+`","url":"http://127.0.0.1:1/x","eventTypes":["*"]}`).
+			want(t, http.StatusCreated).decode(t, &sub)
+		return sub.ID
+	}
+	var made []string // oldest first
+	for _, n := range []string{"a", "b", "c", "d"} {
+		made = append(made, create(n))
+	}
+	type page struct {
+		Items      []subscriptionOut `json:"items"`
+		NextBefore string            `json:"nextBefore"`
+	}
+	var first page
+	f.do(t, "GET", "/api/dispatch/subscriptions?size=2", "").want(t, http.StatusOK).decode(t, &first)
+	if first.NextBefore == "" {
+		t.Fatalf("a full page without nextBefore: %+v", first)
+	}
+	create("e") // newer than all: it belongs before page 0
+	var second page
+	f.do(t, "GET", "/api/dispatch/subscriptions?size=2&before="+first.NextBefore, "").want(t, http.StatusOK).decode(t, &second)
+	var got []string
+	for _, s := range slices.Concat(first.Items, second.Items) {
+		got = append(got, s.ID)
+	}
+	want := []string{made[3], made[2], made[1], made[0]}
+	if !slices.Equal(got, want) {
+		t.Errorf("two pages read by nextBefore: %v, want %v (newest first, each once)", got, want)
+	}
+	if fields := f.do(t, "GET", "/api/dispatch/subscriptions?before=x", "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid); !slices.Equal(fields, []string{"before"}) {
+		t.Errorf("before=x: fields %v, want [before]", fields)
+	}
+}

@@ -112,6 +112,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, f dispatch.SubscriptionFi
 	if f.Status != "" {
 		w.add("status = ?", string(f.Status))
 	}
+	if f.Before > 0 {
+		w.add("id < ?", f.Before)
+	}
 	subs, total, err := newestPage(ctx, s, "dispatch_subscription", subscriptionColumns, w.sql(), w.args, page, size,
 		func(r pgx.CollectableRow) (dispatch.Subscription, error) { return scanSubscription(r) })
 	if err != nil {
