@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,5 +300,25 @@ func TestUpgradeToPartitionsKeepsEverything(t *testing.T) {
 	var ok bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dispatch_job_key WHERE idempotency_key = 'old-key')`).Scan(&ok); err != nil || !ok {
 		t.Errorf("the old key is not in dispatch_job_key (%v)", err)
+	}
+}
+
+// Ids past every partition makeRoom can make (their clock an hour ahead of
+// this one's) fail the create with an error saying so, with an
+// idempotency key (a transaction) or without; nothing is answered as
+// stored.
+func TestACreateWhoseIdsArePastEveryPartitionFails(t *testing.T) {
+	t.Parallel()
+	_, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	ahead := secondStore(t, dbURL, store.Options{PartitionInterval: time.Minute, NewID: skewedIDs(1, time.Hour)})
+	for _, key := range []string{"k-ahead", ""} {
+		got, created, err := ahead.CreateJobs(t.Context(), []*dispatch.Job{newJob(func(j *dispatch.Job) { j.IdempotencyKey = key })})
+		if err == nil || !strings.Contains(err.Error(), "past every partition") {
+			t.Errorf("key %q: %d jobs, created %v, err %v; want an error naming the ids past every partition", key, len(got), created, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM dispatch_job`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d jobs stored (%v), want none", n, err)
 	}
 }

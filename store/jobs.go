@@ -319,7 +319,7 @@ func (s *Store) createInTx(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 			return err
 		})
 		hand(err == nil)
-		if noPartition(err) {
+		if noPartition(err) && try < 2 {
 			if err = s.makeRoom(ctx); err == nil {
 				continue
 			}
@@ -327,6 +327,11 @@ func (s *Store) createInTx(ctx context.Context, jobs []*dispatch.Job) ([]dispatc
 		if !idClash(err) {
 			break
 		}
+	}
+	if noPartition(err) {
+		// Ids past every partition makeRoom makes (from this machine's
+		// clock): the ids' clock is ahead of it.
+		return nil, nil, fmt.Errorf("store: insert jobs: the new ids are past every partition, though partitions were made for now: is this clock behind the ids' (DISPATCH_NODE_ID, clock steps)? %w", err)
 	}
 	return got, made, err
 }
@@ -407,6 +412,9 @@ func (s *Store) insertJobs(ctx context.Context, q querier, jobs []*dispatch.Job,
 				return nil, nil, fmt.Errorf("store: insert jobs: %w", err)
 			}
 			continue
+		}
+		if !inTx && noPartition(err) {
+			return nil, nil, fmt.Errorf("store: insert jobs: the new ids are past every partition, though partitions were made for now: is this clock behind the ids' (DISPATCH_NODE_ID, clock steps)? %w", err)
 		}
 		return out, created, err
 	}
