@@ -20,3 +20,15 @@ func (r *Router) Holds() int {
 	defer r.mu.Unlock()
 	return len(r.holds)
 }
+
+// Workers is how many workers pool code has, removed and draining or not.
+func (r *Router) Workers(code string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.order {
+		if p.code == code {
+			return p.workers
+		}
+	}
+	return 0
+}

@@ -71,13 +71,15 @@ func (r *Router) retire(p *Pool) {
 }
 
 // apply changes one pool in place, or adds it (lock held). A pool being
-// drained that comes back is taken back as it is.
+// drained that comes back is taken back as it is, with its workers started
+// again: its idle ones left when it was removed.
 func (r *Router) apply(pc PoolConfig) {
 	p := r.pools[pc.Code]
+	takenBack := false
 	if p == nil {
 		for _, x := range r.order {
 			if x.code == pc.Code && x.draining {
-				p = x
+				p, takenBack = x, true
 				p.draining = false
 				r.pools[pc.Code] = p
 				r.log.Info("pool taken back while it drained", "pool", pc.Code)
@@ -103,6 +105,10 @@ func (r *Router) apply(pc PoolConfig) {
 	if old := p.rate(); old != pc.RatePerMinute {
 		r.log.Info("pool rate limit changed", "pool", pc.Code, "from_per_minute", old, "to_per_minute", pc.RatePerMinute)
 		p.setRate(pc.RatePerMinute)
+	}
+	if takenBack {
+		r.startWorkers(p) // up to its concurrency
+		r.wakeReceivers()
 	}
 }
 

@@ -194,6 +194,41 @@ func TestRemovedPoolDrains(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { s, _ := poolStats(r, "A"); return s.Succeeded == 2 }, "5 mediated in the default pool")
 }
 
+// A removed pool that comes back while it drains has its workers again:
+// those that were idle left when it was removed, and it is taken back with
+// its whole concurrency, not with the one still mediating.
+func TestAPoolTakenBackWhileItDrainsHasAllItsWorkers(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := q.Open(t)
+	var g gauge
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	med := &fakeMediator{fn: func(ptr dispatch.Pointer, _ int) error {
+		g.enter()
+		defer g.leave()
+		if ptr.ID == "1" {
+			once.Do(func() { close(first) })
+		}
+		<-gate
+		return nil
+	}}
+	r, _ := poolRouter(t, rq, med, router.Config{DefaultPool: "A",
+		Pools: []router.PoolConfig{{Code: "A", Concurrency: 1}, {Code: "B", Concurrency: 3}}})
+	t.Cleanup(func() { close(gate) })
+	sendPointers(t, rq, "B", "", 1)
+	<-first
+	if err := r.SetPools([]router.PoolConfig{{Code: "A", Concurrency: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return r.Workers("B") == 1 }, "the draining pool's idle workers left")
+	if err := r.SetPools([]router.PoolConfig{{Code: "A", Concurrency: 1}, {Code: "B", Concurrency: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	sendPointers(t, rq, "B", "", 2, 3)
+	eventually(t, 10*time.Second, func() bool { return g.now() == 3 }, "three mediations at once in the pool taken back with concurrency 3")
+}
+
 // A new rate limit applies at once, to the mediation waiting for a turn
 // under the old one too.
 func TestPoolRateLimitChangesInPlace(t *testing.T) {
