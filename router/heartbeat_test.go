@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,4 +155,108 @@ func TestStartupAgainstAHungQueueRetriesAndLogs(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("router did not stop")
 	}
+}
+
+// A message that finishes, and is deleted, while a heartbeat's call to
+// extend it is under way makes that call's entry for it fail ("message
+// does not exist"): nothing is wrong, and no HEARTBEAT_FAILED warning is
+// raised for it. The messages still held are extended.
+func TestAMessageDeletedDuringAHeartbeatRaisesNoWarning(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 3*time.Second) // heartbeat every second, extending to 3 s
+	var (
+		held, deleted, second = make(chan struct{}), make(chan struct{}), make(chan struct{})
+		calls                 int
+		mu                    sync.Mutex
+		deleteOnce            sync.Once
+	)
+	client := &http.Client{Timeout: 30 * time.Second}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.Header.Get("X-Amz-Target") {
+		case "AmazonSQS.ChangeMessageVisibilityBatch":
+			if !bytes.Contains(body, []byte(`"VisibilityTimeout":3`)) {
+				break // not the heartbeat's
+			}
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			switch n {
+			case 1: // holds it until message 1 is deleted
+				close(held)
+				select {
+				case <-deleted:
+				case <-r.Context().Done():
+					return
+				}
+			case 2: // the first one's answer was read
+				close(second)
+			}
+		case "AmazonSQS.DeleteMessageBatch":
+			defer deleteOnce.Do(func() { close(deleted) })
+		}
+		forwardTo(w, r, client, q.Endpoint, body)
+	}))
+	t.Cleanup(func() { proxy.Close(); client.CloseIdleConnections() })
+	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	b := setupOn(t, q, rq, 2, func(ptr dispatch.Pointer, _ int) error {
+		if ptr.ID == "1" {
+			<-held // finishes while the heartbeat extends it
+			return nil
+		}
+		<-release // 2 stays held throughout
+		return nil
+	})
+	t.Cleanup(func() { close(release) }) // before the router stops
+	b.send(t, "a", 1)
+	b.send(t, "b", 2)
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no second heartbeat within 20 s")
+	}
+	for _, w := range b.router.Warnings() {
+		if w.Type == router.WarnHeartbeatFailed {
+			t.Errorf("warning for a message deleted during the heartbeat: %+v", w)
+		}
+	}
+}
+
+// A heartbeat whose change fails for a message still held raises
+// HEARTBEAT_FAILED: that message may come back while it is mediated.
+func TestAHeartbeatFailingForAMessageStillHeldWarns(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 3*time.Second) // heartbeat every second, extending to 3 s
+	client := &http.Client{Timeout: 30 * time.Second}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ChangeMessageVisibilityBatch" && bytes.Contains(body, []byte(`"VisibilityTimeout":3`)) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			_, _ = io.WriteString(w, `{"Successful":[],"Failed":[{"Id":"0","SenderFault":true,"Code":"ReceiptHandleIsInvalid","Message":"the receipt is not valid"}]}`)
+			return
+		}
+		forwardTo(w, r, client, q.Endpoint, body)
+	}))
+	t.Cleanup(func() { proxy.Close(); client.CloseIdleConnections() })
+	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	b := setupOn(t, q, rq, 1, func(dispatch.Pointer, int) error { <-release; return nil })
+	t.Cleanup(func() { close(release) }) // before the router stops
+	b.send(t, "a", 1)
+	eventually(t, 20*time.Second, func() bool {
+		for _, w := range b.router.Warnings() {
+			if w.Type == router.WarnHeartbeatFailed && strings.Contains(w.Message, "the receipt is not valid") {
+				return true
+			}
+		}
+		return false
+	}, "HEARTBEAT_FAILED for the message still held, with the queue's reason")
 }

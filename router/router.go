@@ -7,6 +7,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -904,6 +905,7 @@ func (r *Router) heartbeat(ctx context.Context, s *source) {
 		}
 		r.mu.Unlock()
 		err := chunks(changes, func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) })
+		err = r.stillHeld(err)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("heartbeat failed", "queue", s.name, "err", err)
 			r.warnings.add(Warning{Type: WarnHeartbeatFailed, Queue: s.name,
@@ -1228,6 +1230,56 @@ func endReceive(ctx context.Context, err error) {
 		tracing.Fail(span, "mediation_failed", err)
 	}
 	span.End()
+}
+
+// stillHeld is err less the visibility changes that failed for messages
+// no longer held: a message finished and deleted while the heartbeat's
+// call was under way has no receipt to extend, and nothing to keep
+// invisible. Only a failure for a message still held is one.
+func (r *Router) stillHeld(err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		errs   []error
+		failed []string
+		why    string // the first failure's message
+	)
+	for _, e := range flatten(err) {
+		var ve *queue.VisibilityError
+		if errors.As(e, &ve) {
+			failed = append(failed, ve.Receipts...)
+			why = cmp.Or(why, ve.Message)
+			continue
+		}
+		errs = append(errs, e)
+	}
+	if len(failed) > 0 {
+		held := map[string]bool{}
+		r.mu.Lock()
+		for _, m := range r.held {
+			held[m.Receipt] = true
+		}
+		r.mu.Unlock()
+		n := 0
+		for _, rc := range failed {
+			if held[rc] {
+				n++
+			}
+		}
+		if n > 0 {
+			errs = append(errs, fmt.Errorf("queue: %d visibility changes of messages still held failed: %s", n, why))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flatten is the errors errors.Join put together in err, or err.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // chunks calls fn on successive slices of at most 10 items (SQS batch size).

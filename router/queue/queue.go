@@ -506,9 +506,26 @@ func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility)
 		return fmt.Errorf("queue: change visibility: %w", err)
 	}
 	if len(out.Failed) > 0 {
-		return fmt.Errorf("queue: %d visibility changes failed: %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
+		e := &VisibilityError{Message: aws.ToString(out.Failed[0].Message)}
+		for _, f := range out.Failed {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(changes) {
+				e.Receipts = append(e.Receipts, changes[i].Receipt)
+			}
+		}
+		return e
 	}
 	return nil
+}
+
+// VisibilityError is a batch of visibility changes of which some failed:
+// a message deleted meanwhile (its receipt no longer valid), say.
+type VisibilityError struct {
+	Receipts []string // of the changes that failed
+	Message  string   // the first failure's
+}
+
+func (e *VisibilityError) Error() string {
+	return fmt.Sprintf("queue: %d visibility changes failed: %s", len(e.Receipts), e.Message)
 }
 
 func optional(s string) *string {
