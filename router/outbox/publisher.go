@@ -169,12 +169,19 @@ func (p *Publisher) route(key string) *queue.Queue {
 }
 
 // skip lists the keys of the queues in their backoff after failing, for
-// the outbox query to leave out.
+// the outbox query to leave out: with the default queue, the keys no
+// longer configured whose jobs go to it (else, the oldest due, they would
+// fill every pass's batch and hold up the other queues' jobs).
 func (p *Publisher) skip(now time.Time) []string {
 	var out []string
 	for key, q := range p.byKey {
 		if h := p.health[q]; h != nil && now.Before(h.retryAt) {
 			out = append(out, key)
+			if q == p.q {
+				for stray := range p.strayed {
+					out = append(out, stray)
+				}
+			}
 		}
 	}
 	return out

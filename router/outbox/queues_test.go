@@ -121,3 +121,37 @@ func TestPointersGoToTheQueueTheirJobNames(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() bool { return slices.Contains(store.ids(later), 6) }, "job 6 waits in the outbox")
 }
+
+// While the default queue is in its backoff, the jobs naming a queue no
+// longer configured, which go to it, are left out of the outbox passes too:
+// the oldest due, they would otherwise fill each pass and hold up the jobs
+// of the queues that work.
+func TestJobsNamingAGoneQueueWaitWhileTheDefaultQueueFails(t *testing.T) {
+	b := sqstest.New(t, 30*time.Second)
+	qb := b.Open(t)
+	missing, err := queue.Open(context.Background(), queue.Config{
+		URL: strings.TrimSuffix(b.URL, b.Name) + "t-nowhere.fifo", Endpoint: b.Endpoint, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &skipOutbox{}
+	p := outbox.New(missing, store, outbox.Config{Destinations: []outbox.Destination{{Key: b.Name, Queue: qb}},
+		RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	mark := time.Now().Truncate(time.Microsecond)
+	p.Hand([]dispatch.Unsent{{ID: 1, Mark: mark, QueueURL: "gone.fifo"}, {ID: 2, Mark: mark, QueueURL: b.Name}}, 0)
+	if got := drain(t, qb, 1); got[0].ID != "2" {
+		t.Errorf("queue b got %+v, want job 2", got[0])
+	}
+	eventually(t, 10*time.Second, func() bool { return slices.Contains(store.ids(mark), 1) },
+		"the job naming a gone queue is given back to the outbox when the default queue fails")
+	eventually(t, 10*time.Second, func() bool { return store.skipped("") && store.skipped("gone.fifo") },
+		"the outbox passes leave out the default queue's jobs and those naming the gone queue")
+	if store.skipped(b.Name) {
+		t.Error("the passes left out the jobs of the queue that works")
+	}
+}
