@@ -142,6 +142,70 @@ func TestUpkeepOutwaitsTheStatementTimeout(t *testing.T) {
 	}
 }
 
+// A drop that waits for a reader's old snapshot (a backup, a report, a
+// session left open) does not keep another replica from making the
+// partitions ahead: creates go on however long the drop waits.
+func TestADropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
+	t.Parallel()
+	st, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	done := createJob(t, st)
+	completeJob(t, st, done.ID, now())
+
+	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }) }
+	t.Cleanup(release)
+
+	dropped := make(chan error, 1)
+	go func() {
+		_, err := st.MaintainHistory(context.WithoutCancel(t.Context()), t0.Add(20*time.Minute),
+			store.History{Interval: time.Minute, Retention: 5 * time.Minute})
+		dropped <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := 0; waiting == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the drop never waited for the reader")
+		}
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE '%DETACH PARTITION%' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	other := secondStore(t, dbURL, store.Options{})
+	rep, err := other.EnsurePartitions(t.Context(), t0.Add(40*time.Minute), time.Minute)
+	if err != nil || rep.Skipped {
+		t.Errorf("partitions made while a drop waits: %+v, %v; want made, not skipped", rep, err)
+	}
+	var aheadTo time.Time
+	if err := pool.QueryRow(t.Context(), `SELECT max(to_time) FROM dispatch_partition WHERE parent = 'dispatch_job'`).Scan(&aheadTo); err != nil {
+		t.Fatal(err)
+	}
+	if aheadTo.Before(t0.Add(40 * time.Minute)) {
+		t.Errorf("partitions reach %s, want past %s", aheadTo.Format(time.TimeOnly), t0.Add(40*time.Minute).Format(time.TimeOnly))
+	}
+	release()
+	select {
+	case err := <-dropped:
+		if err != nil {
+			t.Errorf("the drop, once the reader ended: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drop did not end within 30 s of the reader")
+	}
+	if _, err := st.GetJob(t.Context(), done.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
+		t.Errorf("the finished job past retention: %v, want it gone", err)
+	}
+}
+
 // A job partition held for its live job holds only the events of its own
 // time: later events past retention go.
 func TestAHeldPartitionHoldsOnlyTheEventsOfItsTime(t *testing.T) {

@@ -36,9 +36,14 @@ const MinPartitionInterval = time.Minute
 // id that places them.
 var partitioned = []string{"dispatch_job", "dispatch_attempt", "dispatch_payload", "dispatch_event"}
 
-// historyLock is the advisory lock key under which one replica at a time
-// creates and drops partitions.
-const historyLock = 0x64697370_68697374 // "disphist"
+// The advisory lock keys under which one replica at a time creates
+// partitions (partitionsLock), and builds their search indexes and drops
+// them past retention (historyLock). They are apart so that a drop waiting
+// for an old snapshot never holds up the partitions made ahead.
+const (
+	historyLock    = 0x64697370_68697374 // "disphist"
+	partitionsLock = 0x64697370_70617274 // "dispart"
+)
 
 // IDAt is the smallest TSID of time t: 0 before the ids' epoch (2010),
 // and the largest id past the last time an id can hold (in 2079), where
@@ -143,7 +148,12 @@ func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, interval ti
 }
 
 // upkeep runs a pass (full: all of MaintainHistory; else the creates only)
-// under the history lock, on one connection.
+// on one connection. The creates run under partitionsLock and the rest
+// under historyLock, each held by one replica at a time: the rest may wait
+// long (a DETACH … CONCURRENTLY behind a backup's snapshot), and a replica,
+// or an insert that found no partition, still makes partitions meanwhile.
+// Creating a partition (CREATE TABLE, then ATTACH) does not wait for a
+// pending detach.
 func (s *Store) upkeep(ctx context.Context, now time.Time, h History, full bool) (HistoryReport, error) {
 	var rep HistoryReport
 	conn, err := s.pool.Acquire(ctx)
@@ -151,33 +161,63 @@ func (s *Store) upkeep(ctx context.Context, now time.Time, h History, full bool)
 		return rep, fmt.Errorf("store: history: %w", err)
 	}
 	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(historyLock)).Scan(&locked); err != nil {
-		return rep, fmt.Errorf("store: history: lock: %w", err)
+	err = withSessionLock(ctx, conn, partitionsLock, func() (err error) {
+		rep.Created, err = ensurePartitions(ctx, conn.Conn(), now, h.Interval)
+		return err
+	})
+	if errors.Is(err, errLockHeld) {
+		rep.Skipped, err = true, nil
 	}
-	if !locked {
-		rep.Skipped = true
-		return rep, nil
-	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(historyLock))
-	}()
-	// The pool's statement timeout is for requests. The upkeep's statements
-	// wait by design: DETACH … CONCURRENTLY for every older snapshot (a
-	// pg_dump's, say), CREATE INDEX CONCURRENTLY over a whole partition.
-	// Cut short, they would fail on every pass, and retention with them.
-	restore, err := noStatementTimeout(ctx, conn)
-	if err != nil {
-		return rep, fmt.Errorf("store: history: %w", err)
-	}
-	defer restore()
-	rep.Created, err = ensurePartitions(ctx, conn.Conn(), now, h.Interval)
 	if !full {
 		if err != nil {
 			return rep, fmt.Errorf("store: history: %w", err)
 		}
 		return rep, nil
 	}
+	created := err
+	err = withSessionLock(ctx, conn, historyLock, func() error { return s.maintain(ctx, conn, now, h, &rep, created) })
+	if errors.Is(err, errLockHeld) {
+		rep.Skipped, err = true, created
+	}
+	if err != nil {
+		return rep, fmt.Errorf("store: history: %w", err)
+	}
+	return rep, nil
+}
+
+// errLockHeld: another replica holds the lock.
+var errLockHeld = errors.New("held by another replica")
+
+// withSessionLock runs fn holding the session advisory lock key on conn,
+// or answers errLockHeld at once when another session holds it.
+func withSessionLock(ctx context.Context, conn *pgxpool.Conn, key int64, fn func() error) error {
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&locked); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if !locked {
+		return errLockHeld
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key)
+	}()
+	return fn()
+}
+
+// maintain runs the slow part of a pass: the search indexes, the metadata
+// index's pending lists, the drops past retention, and the pass's record.
+// A pass whose creates failed (created) records that and does no more.
+func (s *Store) maintain(ctx context.Context, conn *pgxpool.Conn, now time.Time, h History, rep *HistoryReport, created error) error {
+	// The pool's statement timeout is for requests. The upkeep's statements
+	// wait by design: DETACH … CONCURRENTLY for every older snapshot (a
+	// pg_dump's, say), CREATE INDEX CONCURRENTLY over a whole partition.
+	// Cut short, they would fail on every pass, and retention with them.
+	restore, err := noStatementTimeout(ctx, conn)
+	if err != nil {
+		return err
+	}
+	defer restore()
+	err = created
 	if err == nil {
 		_, err = ensureMetadataIndexes(ctx, conn.Conn())
 	}
@@ -199,10 +239,7 @@ func (s *Store) upkeep(ctx context.Context, now time.Time, h History, full bool)
 		now, next, rep.Dropped, len(rep.Held), msg); rerr != nil && err == nil {
 		err = rerr
 	}
-	if err != nil {
-		return rep, fmt.Errorf("store: history: %w", err)
-	}
-	return rep, nil
+	return err
 }
 
 // noStatementTimeout lifts conn's statement timeout; restore puts back the
