@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -529,6 +530,22 @@ func TestSearchJobs(t *testing.T) {
 	}
 }
 
+// A metadata key is counted in characters by the search as by a create:
+// a key of 40 "é" (80 bytes) a job was created with finds it.
+func TestAJobIsFoundByAnyMetadataKeyItWasCreatedWith(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	key := strings.Repeat("é", 40)
+	j := f.createJob(t, "metadata", map[string]string{key: "v"})
+	var p struct {
+		Items []job `json:"items"`
+	}
+	f.do(t, "GET", "/api/dispatch/jobs?metadata."+url.QueryEscape(key)+"=v", "").want(t, http.StatusOK).decode(t, &p)
+	if len(p.Items) != 1 || p.Items[0].ID != j.ID {
+		t.Errorf("search by the key: %+v, want job %s", p.Items, j.ID)
+	}
+}
+
 func TestSearchJobsBadQuery(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -685,6 +702,19 @@ func TestReplayJobsBulk(t *testing.T) {
 	}
 	for _, empty := range []string{"{}", "{ }", "{\n}"} {
 		f.do(t, "POST", "/api/dispatch/jobs/replay?source=billing&dryRun=true", empty).want(t, http.StatusOK)
+	}
+	// dryRun given twice is refused, not read as its first: a real redrive
+	// must not hang on which one counts. A bad dryRun is named with the
+	// filters' own problems.
+	for q, want := range map[string][]string{
+		"?source=billing&dryRun=false&dryRun=true": {"dryRun"},
+		"?status=DONE&dryRun=maybe":                {"dryRun", "status"},
+	} {
+		fields := f.do(t, "POST", "/api/dispatch/jobs/replay"+q, "").errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+		slices.Sort(fields)
+		if !slices.Equal(fields, want) {
+			t.Errorf("%s: fields %v, want %v", q, fields, want)
+		}
 	}
 
 	var out struct {
@@ -1144,11 +1174,15 @@ func TestCreateJobsBatch(t *testing.T) {
 	// by its index in the request.
 	body = `{"jobs": [{"source": ""}, ` + jobBody(t) + `, ` + jobBody(t, "credentialsId", "987654321") + `]}`
 	r := f.do(t, "POST", "/api/dispatch/jobs/batch", body)
-	r.errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
+	fields := r.errorCode(t, http.StatusBadRequest, dispatch.EInvalid)
 	var e apiError
 	r.decode(t, &e)
 	if !strings.Contains(e.Error.Message, "jobs[2]") {
 		t.Errorf("message %q does not name jobs[2], the item with unknown credentials", e.Error.Message)
+	}
+	// The item refused on its own is named in the same answer.
+	if !slices.Contains(fields, "jobs[0].source") {
+		t.Errorf("the refusal names %v, want jobs[0].source too", fields)
 	}
 	if n := f.countJobs(t); n != 22 {
 		t.Errorf("%d job rows after a failed batch, want 22", n)

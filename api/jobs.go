@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/trace"
@@ -49,13 +50,13 @@ func (s *Server) createJob(c *gin.Context) {
 	writeJSON(c, http.StatusCreated, viewJob(out))
 }
 
-// withItemProblems adds to a batch's refusal (credentials that may not be
-// sent to an item's target refuse the whole batch) the problems of the
-// items refused on their own, so that one answer names every one. Any
-// other error is returned as it is.
+// withItemProblems adds to a batch's refusal (credentials that do not
+// exist, 400, or that may not be sent to an item's target, 422, refuse the
+// whole batch) the problems of the items refused on their own, so that one
+// answer names every one. Any other error is returned as it is.
 func withItemProblems(err error, errs []error) error {
 	var refused *dispatch.Error
-	if !errors.As(err, &refused) || refused.Code != dispatch.EUnprocessable {
+	if !errors.As(err, &refused) || (refused.Code != dispatch.EUnprocessable && refused.Code != dispatch.EInvalid) {
 		return err
 	}
 	all := *refused
@@ -169,7 +170,7 @@ func parseSearch(q url.Values, extra ...string) (dispatch.JobFilter, int, int, e
 	}
 	for key, vals := range q {
 		if mk, ok := strings.CutPrefix(key, "metadata."); ok {
-			if mk == "" || len(mk) > dispatch.MaxMetadataKeyLen {
+			if mk == "" || utf8.RuneCountInString(mk) > dispatch.MaxMetadataKeyLen { // characters, as a create counts them
 				p.Add(key, "metadata keys must be 1 to %d characters", dispatch.MaxMetadataKeyLen)
 				continue
 			}
@@ -284,20 +285,27 @@ func (s *Server) replayJobs(c *gin.Context) {
 	}
 	q := c.Request.URL.Query()
 	dryRun := false
+	var dp dispatch.Problems // dryRun's, named with the filters' own
 	if v, ok := q["dryRun"]; ok {
 		delete(q, "dryRun")
-		switch v[0] {
-		case "true", "1", "":
+		switch {
+		case len(v) > 1:
+			dp.Add("dryRun", "must be given once") // a real run must not hang on which one counts
+		case v[0] == "true" || v[0] == "1" || v[0] == "":
 			dryRun = true
-		case "false", "0":
+		case v[0] == "false" || v[0] == "0":
 		default:
-			var p dispatch.Problems
-			p.Add("dryRun", "must be true or false")
-			s.writeError(c, p.Err())
-			return
+			dp.Add("dryRun", "must be true or false")
 		}
 	}
 	f, _, limit, err := parseSearch(q, "limit")
+	if len(dp) > 0 {
+		var de *dispatch.Error
+		if errors.As(err, &de) && de.Code == dispatch.EInvalid {
+			dp = append(dp, de.Details...)
+		}
+		err = dp.Err()
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
