@@ -226,15 +226,16 @@ func classifyError(err error) (dispatch.AttemptStatus, string, bool) {
 	return dispatch.AttemptNetworkError, "network: " + errText(err), true
 }
 
-// errText strips the URL that url.Error puts in front, so a target's query
-// string (which may hold tokens) is not copied into lastError.
+// errText is err without the "Post <url>: " that url.Error puts in front,
+// so that a target's URL (a query string may hold a token; a Slack
+// destination's URL is its secret) is not copied into lastError.
 func errText(err error) string {
-	var ue interface{ Unwrap() error }
-	for errors.As(err, &ue) && ue.Unwrap() != nil {
-		if _, ok := err.(interface{ Timeout() bool }); ok {
-			break
+	var ue *url.Error
+	for errors.As(err, &ue) {
+		if ue.Err == nil {
+			return "the request failed"
 		}
-		err = ue.Unwrap()
+		err = ue.Err
 	}
 	return err.Error()
 }

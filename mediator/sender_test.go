@@ -249,6 +249,30 @@ func TestSendConnectionRefused(t *testing.T) {
 	}
 }
 
+// Whatever fails the exchange (a certificate the sender does not trust, a
+// connection closed without an answer), the error recorded does not copy
+// the target's URL: its query string may hold a token, and a Slack
+// destination's URL is its secret.
+func TestSendErrorsDoNotCopyTheTargetURL(t *testing.T) {
+	tlsTarget := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(tlsTarget.Close)
+	hangUp := newTarget(t, func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // no answer at all
+		}
+	})
+	for name, target := range map[string]string{"untrusted certificate": tlsTarget.URL, "no answer": hangUp.URL} {
+		d := send(t, newSender(5*time.Second, true), testJob(target+"/hook?token=s3cr3t-in-query"), nil)
+		if d.Status != dispatch.AttemptNetworkError || d.Err == "" {
+			t.Errorf("%s: delivery %+v; want a NETWORK_ERROR saying why", name, d)
+		}
+		if strings.Contains(d.Err, "s3cr3t") || strings.Contains(d.Err, "/hook") {
+			t.Errorf("%s: error %q copies the target's URL", name, d.Err)
+		}
+	}
+}
+
 func TestSendResponseBody(t *testing.T) {
 	tests := []struct {
 		name  string
