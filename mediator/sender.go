@@ -240,16 +240,25 @@ func errText(err error) string {
 	return err.Error()
 }
 
+// MaxRetryAfter is the longest Retry-After read: a longer one (up to any
+// number of digits) is read as this, and the retry policy caps it again
+// at DISPATCH_RETRY_MAX.
+const MaxRetryAfter = 365 * 24 * time.Hour
+
 // parseRetryAfter reads delay-seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
+	v = strings.TrimSpace(v)
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n <= int64(MaxRetryAfter/time.Second) {
+			return time.Duration(n) * time.Second
+		}
+		return MaxRetryAfter // more digits than any sane delay: the most
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

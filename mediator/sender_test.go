@@ -152,6 +152,9 @@ func TestSendRetryAfter(t *testing.T) {
 		{"429 date in the past", 429, time.Now().Add(-time.Minute).UTC().Format(http.TimeFormat), 0, 0},
 		{"429 garbage", 429, "soon", 0, 0},
 		{"429 negative", 429, "-5", 0, 0},
+		// Past what a Duration holds: as long as the sender reads, not
+		// wrapped round to a negative (ignored: a retry within seconds).
+		{"503 huge", 503, "10000000000", mediator.MaxRetryAfter, mediator.MaxRetryAfter},
 		{"500 ignores Retry-After", 500, "7", 0, 0},
 	}
 	for _, tt := range tests {
