@@ -319,7 +319,11 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 			span.End()
 		}()
 	}
-	for try := range 5 {
+	// The outcome is worth the whole lease: given up on, a delivered
+	// webhook would be sent again once the lease ends (or the job end
+	// ERROR on its last attempt), so a database restart or failover of
+	// some seconds is waited out.
+	for try := 0; ; try++ {
 		if ctx.Err() != nil {
 			// Past the lease nothing may be written: the outcome is not
 			// recorded, so the pointer is not done with.
@@ -347,7 +351,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 		log.Warn("cannot record attempt yet", "err", err, "try", try+1)
 		select { // back off, but never past the lease (ctx)
 		case <-ctx.Done():
-		case <-time.After(time.Duration(math.Pow(2, float64(try))) * 200 * time.Millisecond):
+		case <-time.After(recordBackoff(try)):
 		}
 	}
 	if err != nil {
@@ -399,4 +403,10 @@ func (p *Processor) traced(ctx context.Context, j *dispatch.Job) context.Context
 		return p.tracer.Decode(ctx, tc)
 	}
 	return ctx
+}
+
+// recordBackoff is the wait before recording an outcome again after the
+// try-th failure: 200 ms doubling, at most 3.2 s.
+func recordBackoff(try int) time.Duration {
+	return time.Duration(math.Pow(2, float64(min(try, 4)))) * 200 * time.Millisecond
 }

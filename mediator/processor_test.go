@@ -139,6 +139,44 @@ func TestProcessSuccess(t *testing.T) {
 	}
 }
 
+// A delivered webhook whose outcome cannot be written for some seconds (the
+// database restarting, failing over) is recorded once it can, within the
+// claim's lease: given up on, it would be sent again when the lease ends.
+func TestProcessWaitsOutADatabaseOutageToRecordTheOutcome(t *testing.T) {
+	t.Parallel()
+	s := setupProcessor(t, mediator.ProcessorConfig{})
+	ctx := context.Background()
+	// The attempt's insert fails from the moment the target answers until
+	// the outage ends, 7.5 s later: longer than the retries the outcome
+	// once had (6.2 s), well within the lease (25 s here).
+	if _, err := s.pool.Exec(ctx, `CREATE FUNCTION outage() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN RAISE EXCEPTION 'the database is restarting' USING ERRCODE = '57P03'; END$$`); err != nil {
+		t.Fatal(err)
+	}
+	tg := newTarget(t, func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := s.pool.Exec(ctx, `CREATE TRIGGER outage BEFORE INSERT ON dispatch_attempt EXECUTE FUNCTION outage()`); err != nil {
+			t.Error(err)
+		}
+		time.AfterFunc(7500*time.Millisecond, func() {
+			if _, err := s.pool.Exec(ctx, `DROP TRIGGER outage ON dispatch_attempt`); err != nil {
+				t.Error(err)
+			}
+		})
+		w.WriteHeader(http.StatusOK)
+	})
+	j := s.createJob(t, tg.URL, nil)
+	d := s.process(t, j.ID)
+	if !d.Done || d.JobStatus != dispatch.StatusCompleted {
+		t.Errorf("decision %+v; want Done, COMPLETED", d)
+	}
+	if as := s.attempts(t, j.ID); len(as) != 1 || as[0].Status != dispatch.AttemptSuccess {
+		t.Errorf("attempts %+v; want the one SUCCESS", as)
+	}
+	if n := tg.hits.Load(); n != 1 {
+		t.Errorf("the target got %d requests, want 1", n)
+	}
+}
+
 // A delivery whose claim was taken over while it ran (its holder presumed
 // dead) keeps its attempt in the record, but is not done with: its pointer
 // comes back to find the job's state, which the new holder decides.
