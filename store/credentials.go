@@ -415,23 +415,36 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// CheckKey opens every stored signing secret, so a wrong or missing key
-// (DISPATCH_ENCRYPTION_KEY, or the _PREVIOUS one credentials sealed before
-// a key change still need) is a start-up error rather than failed
-// deliveries later. Opening one is a microsecond.
+// CheckKey opens every stored secret (the bearer token, the signing
+// secret and the previous ones of a rotation), so a wrong or missing key
+// (DISPATCH_ENCRYPTION_KEY, or the _PREVIOUS one values sealed before a
+// key change still need) is a start-up error rather than failed
+// deliveries later. A rotation after a key change reseals the secrets but
+// not the bearer token: one credential may need both keys. Opening one is
+// a microsecond.
 func (s *Store) CheckKey(ctx context.Context) error {
-	rows, err := s.pool.Query(ctx, `SELECT id, signing_secret FROM dispatch_credentials ORDER BY id DESC`)
+	rows, err := s.pool.Query(ctx, `SELECT id, bearer_token, signing_secret, previous_secrets FROM dispatch_credentials ORDER BY id DESC`)
 	if err != nil {
 		return fmt.Errorf("store: check encryption key: %w", err)
 	}
 	var (
-		id, first int64
-		secret    []byte
-		failed    int
-		firstErr  error
+		id, first      int64
+		bearer, secret []byte
+		previous       [][]byte
+		failed         int
+		firstErr       error
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &secret}, func() error {
-		if _, err := s.sealer.Open(secret, sealContext(id, "signing_secret")); err != nil {
+	_, err = pgx.ForEachRow(rows, []any{&id, &bearer, &secret, &previous}, func() error {
+		_, err := s.sealer.Open(secret, sealContext(id, "signing_secret"))
+		if err == nil {
+			_, err = s.openOpt(id, "bearer_token", bearer)
+		}
+		for _, p := range previous {
+			if err == nil {
+				_, err = s.openOpt(id, "previous_secret", p)
+			}
+		}
+		if err != nil {
 			if failed++; failed == 1 {
 				first, firstErr = id, err
 			}

@@ -157,6 +157,29 @@ func TestCheckKeyFindsCredentialsSealedWithAnEarlierKey(t *testing.T) {
 	}
 }
 
+// A rotation after a key change reseals the secrets under the new key but
+// not the bearer token: the start-up check opens the token too, so
+// dropping the earlier key then stops the start rather than every
+// delivery with those credentials.
+func TestCheckKeyOpensTheBearerTokenToo(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newKey(t), newKey(t)
+	old, pool := setupKeyed(t, k1)
+	c := createCredentials(t, old)
+	both := storeOver(t, pool, newSealer(t, k2, k1))
+	if _, err := both.RotateCredentials(t.Context(), c.ID, "whsec_next", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	onlyK2 := storeOver(t, pool, newSealer(t, k2, nil))
+	if _, err := onlyK2.GetCredentials(t.Context(), c.ID); !errors.Is(err, store.ErrWrongKey) {
+		t.Fatalf("the credentials read with the new key alone: %v; this test needs a token still sealed with the old one", err)
+	}
+	err := onlyK2.CheckKey(t.Context())
+	if !errors.Is(err, store.ErrWrongKey) || !strings.Contains(err.Error(), dispatch.FormatID(c.ID)) {
+		t.Errorf("CheckKey without the earlier key: %v, want ErrWrongKey naming credentials %d", err, c.ID)
+	}
+}
+
 func TestCredentialsWrongKey(t *testing.T) {
 	t.Parallel()
 	st, pool := setupKeyed(t, newKey(t))
