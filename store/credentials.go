@@ -323,10 +323,16 @@ func (s *Store) RotateCredentials(ctx context.Context, id int64, newSecret strin
 		if err != nil {
 			return err
 		}
+		// The bearer token is sealed again too, under the same key as the
+		// secrets: one credential never needs two keys.
+		bearer, err := s.sealOpt(id, "bearer_token", cur.BearerToken)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE dispatch_credentials SET signing_secret = $2, previous_secrets = $3,
-				previous_expires = $4, updated_at = $5
-			WHERE id = $1`, id, secret, sealed, expires, now); err != nil {
+				previous_expires = $4, updated_at = $5, bearer_token = $6
+			WHERE id = $1`, id, secret, sealed, expires, now, bearer); err != nil {
 			return fmt.Errorf("store: rotate credentials %d: %w", id, err)
 		}
 		cur.Previous = live

@@ -157,10 +157,11 @@ func TestCheckKeyFindsCredentialsSealedWithAnEarlierKey(t *testing.T) {
 	}
 }
 
-// A rotation after a key change reseals the secrets under the new key but
-// not the bearer token: the start-up check opens the token too, so
-// dropping the earlier key then stops the start rather than every
-// delivery with those credentials.
+// The start-up check opens every sealed value of a credential, the bearer
+// token too: with one of them sealed with a key no longer given, the start
+// stops rather than every delivery with those credentials. And a rotation
+// after a key change seals the token again with the secrets, under the new
+// key.
 func TestCheckKeyOpensTheBearerTokenToo(t *testing.T) {
 	t.Parallel()
 	k1, k2 := newKey(t), newKey(t)
@@ -171,12 +172,28 @@ func TestCheckKeyOpensTheBearerTokenToo(t *testing.T) {
 		t.Fatal(err)
 	}
 	onlyK2 := storeOver(t, pool, newSealer(t, k2, nil))
-	if _, err := onlyK2.GetCredentials(t.Context(), c.ID); !errors.Is(err, store.ErrWrongKey) {
-		t.Fatalf("the credentials read with the new key alone: %v; this test needs a token still sealed with the old one", err)
+	if got, err := onlyK2.GetCredentials(t.Context(), c.ID); err != nil || got.BearerToken != bearer {
+		t.Errorf("after a rotation, read with the new key alone: token %q, %v; want it resealed", got.BearerToken, err)
+	}
+	if err := onlyK2.CheckKey(t.Context()); err != nil {
+		t.Errorf("CheckKey after the rotation, the new key alone: %v", err)
+	}
+	// A token sealed with the earlier key, its secrets with the new one (as
+	// a rotation before this release left them).
+	d := createCredentials(t, old)
+	var sealedWithK1 []byte
+	if err := pool.QueryRow(t.Context(), `SELECT bearer_token FROM dispatch_credentials WHERE id = $1`, d.ID).Scan(&sealedWithK1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := both.RotateCredentials(t.Context(), d.ID, "whsec_next", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `UPDATE dispatch_credentials SET bearer_token = $2 WHERE id = $1`, d.ID, sealedWithK1); err != nil {
+		t.Fatal(err)
 	}
 	err := onlyK2.CheckKey(t.Context())
-	if !errors.Is(err, store.ErrWrongKey) || !strings.Contains(err.Error(), dispatch.FormatID(c.ID)) {
-		t.Errorf("CheckKey without the earlier key: %v, want ErrWrongKey naming credentials %d", err, c.ID)
+	if !errors.Is(err, store.ErrWrongKey) || !strings.Contains(err.Error(), dispatch.FormatID(d.ID)) {
+		t.Errorf("CheckKey without the earlier key: %v, want ErrWrongKey naming credentials %d", err, d.ID)
 	}
 }
 
