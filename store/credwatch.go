@@ -40,8 +40,11 @@ func (s *Store) WatchCredentials(ctx context.Context, log *slog.Logger) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Explain: a failed connect says why without the URL's password; a
+		// connection lost while listening (a restart, an idle timeout)
+		// gives the server's reason or the socket's, which hold neither.
 		log.Warn("credentials watch lost its connection; reading credentials from the database until it is back",
-			"err", redactErr(err), "retry_in", backoff.String())
+			"err", Explain(err), "retry_in", backoff.String())
 		select {
 		case <-ctx.Done():
 			return

@@ -1,8 +1,11 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dispatchhq/dispatch"
@@ -19,7 +22,8 @@ func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
 	a, b, pool := keyedReplicas(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); b.WatchCredentials(ctx, slog.New(slog.DiscardHandler)) }()
+	var logs lockedBuffer
+	go func() { defer close(done); b.WatchCredentials(ctx, slog.New(slog.NewTextHandler(&logs, nil))) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitUntil(t, func() bool { return store.CredentialsWatchLive(b) }, "replica B's watch listening")
 
@@ -47,6 +51,11 @@ func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
 	}
 	waitUntil(t, secretOnB("whsec_while_cut"), "replica B signing with the secret rotated while its watch was cut")
 	waitUntil(t, func() bool { return store.CredentialsWatchLive(b) }, "replica B's watch listening again")
+	// The log says why the watch lost its connection (the server's
+	// reason, or pgx's "conn closed"), not that the URL was wrong.
+	if l := logs.String(); !strings.Contains(l, "lost its connection") || strings.Contains(l, "invalid database URL") {
+		t.Errorf("the watch's log after its connection was cut:\n%s\nwant why, not an invalid URL", l)
+	}
 	// Listening again, B uses its cache again: what it held from before the
 	// cut (the first rotation's secret) was dropped, since the change made
 	// meanwhile was not heard.
@@ -61,4 +70,22 @@ func TestCredentialsChangesReachEveryReplicasCache(t *testing.T) {
 		_, err := b.GetCredentials(t.Context(), c.ID)
 		return dispatch.ErrorCode(err) == dispatch.ENotFound
 	}, "replica B finding the credentials deleted")
+}
+
+// lockedBuffer is a bytes.Buffer a logger may write while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
