@@ -741,6 +741,15 @@ func TestReplayJobsBulk(t *testing.T) {
 		f.do(t, "POST", "/api/dispatch/jobs/"+j.ID+"/cancel", "").want(t, http.StatusOK)
 	}
 	f.do(t, "DELETE", "/api/admin/dispatch/credentials/"+cred.ID, "").want(t, http.StatusNoContent)
+	// The dry run counts what the redrive would replay: not the job whose
+	// credentials are gone.
+	var dry struct {
+		WouldReplay int `json:"wouldReplay"`
+	}
+	f.do(t, "POST", "/api/dispatch/jobs/replay?source=refunds&dryRun=true", "").want(t, http.StatusOK).decode(t, &dry)
+	if dry.WouldReplay != 1 {
+		t.Errorf("the dry run would replay %d, want 1 (not the job whose credentials were deleted)", dry.WouldReplay)
+	}
 	var res struct {
 		Replayed int   `json:"replayed"`
 		Items    []job `json:"items"`

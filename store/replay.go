@@ -84,8 +84,6 @@ const redriveBytes = 8 << 20
 // with what it replayed itself, possibly nothing.
 func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error) {
 	where, args := s.replayableWhere(f)
-	const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
-		"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
 	var out dispatch.ReplayResult
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		out = dispatch.ReplayResult{}
@@ -252,13 +250,19 @@ func (s *Store) replayableWhere(f dispatch.JobFilter) (string, []any) {
 	return where + " AND " + terminal, args
 }
 
+// credsGone selects the jobs whose credentials were deleted: a redrive
+// reports them, and replays none.
+const credsGone = "credentials_id IS NOT NULL AND NOT EXISTS (" +
+	"SELECT 1 FROM dispatch_credentials c WHERE c.id = dispatch_job.credentials_id)"
+
 // CountReplayable counts the jobs a ReplayJobs with f would replay (without
-// its limit): the dry run of a redrive.
+// its limit): the dry run of a redrive. Jobs whose credentials were
+// deleted are not counted: the redrive reports them, and replays none.
 func (s *Store) CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error) {
 	where, args := s.replayableWhere(f)
 	var n int
 	err := s.browse(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where, args...).Scan(&n)
+		return tx.QueryRow(ctx, `SELECT count(*) FROM dispatch_job`+where+` AND NOT (`+credsGone+`)`, args...).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: count replayable: %w", err)

@@ -243,13 +243,15 @@ export function deadLettersPage(main) {
     try {
       const r = await api.post('/api/dispatch/jobs/replay?status=ERROR&dryRun=true');
       if (!r.matched) {
-        clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' }, 'Nothing to replay: every dead letter has been replayed already.'));
+        clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' },
+          'Nothing to replay: every dead letter has been replayed already, or its credentials were deleted.'));
         return;
       }
+      const skipped = deadTotal - r.matched;
       clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' },
         h('strong', { id: 'dry-run-count' }, `${r.wouldReplay} dead letter${r.wouldReplay === 1 ? '' : 's'} will be replayed`),
         r.matched > r.wouldReplay ? ` (${r.matched} match; one run replays at most ${r.wouldReplay}).` : '.',
-        deadTotal > r.matched ? ` ${deadTotal - r.matched} replayed before ${deadTotal - r.matched === 1 ? 'is' : 'are'} skipped.` : '',
+        skipped > 0 ? ` ${skipped} ${skipped === 1 ? 'is' : 'are'} skipped: replayed before, or ${skipped === 1 ? 'its' : 'their'} credentials deleted.` : '',
         ' ', h('button', { class: 'btn btn-primary', id: 'confirm-replay', onclick: replay }, `Replay ${r.wouldReplay}`),
         ' ', h('button', { class: 'btn btn-ghost', onclick: () => clear(panel) }, 'Cancel')));
     } catch (e) {
@@ -259,7 +261,12 @@ export function deadLettersPage(main) {
   async function replay() {
     try {
       const r = await api.post('/api/dispatch/jobs/replay?status=ERROR');
-      clear(panel, h('div', { class: 'alert alert-ok', id: 'replayed' }, `Replayed ${r.replayed} dead letter${r.replayed === 1 ? '' : 's'} as new jobs.`));
+      const failed = r.failed || [];
+      clear(panel, h('div', { class: failed.length ? 'alert alert-warn' : 'alert alert-ok', id: 'replayed' },
+        `Replayed ${r.replayed} dead letter${r.replayed === 1 ? '' : 's'} as new jobs.`,
+        failed.length ? h('span', { id: 'replay-failed' },
+          ` ${failed.length} could not be: ${failed[0].error.message}${failed.length > 1 ? ` (and ${failed.length - 1} more)` : ''}.`) : '',
+        r.more ? h('span', { id: 'replay-more' }, ' More remain: replay again for the next run.') : ''));
       toast(`Replayed ${r.replayed}`);
       load();
     } catch (e) {
