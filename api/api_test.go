@@ -380,6 +380,45 @@ func TestCreateJobIdempotent(t *testing.T) {
 	}
 }
 
+// A retry of a create that was stored is answered with its job (200) even
+// when the body would no longer pass: its expiresAt has passed, or its
+// credentials were deleted. Refused, the client would take it that nothing
+// was created. A body that does not pass, with a key no job holds, is
+// still refused.
+func TestARetryOfAStoredCreateIsAnsweredWithItsJobThoughItNoLongerPasses(t *testing.T) {
+	t.Parallel()
+	clock := &manualClock{t: time.Now()}
+	f := setup(t, withConfig(func(c *api.Config) { c.Now = clock.now }))
+	body := jobBody(t, "idempotencyKey", "order-7-created", "expiresAt", clock.now().Add(time.Minute).UTC().Format(time.RFC3339Nano))
+	var first, again job
+	f.do(t, "POST", "/api/dispatch/jobs", body).want(t, http.StatusCreated).decode(t, &first)
+	clock.advance(2 * time.Minute) // past its expiresAt
+	f.do(t, "POST", "/api/dispatch/jobs", body).want(t, http.StatusOK).decode(t, &again)
+	if again.ID != first.ID {
+		t.Errorf("the retry answered job %s, want %s", again.ID, first.ID)
+	}
+
+	var cred struct {
+		ID string `json:"id"`
+	}
+	f.do(t, "POST", "/api/admin/dispatch/credentials", `{"allowedTargets":["https://example.com"]}`).want(t, http.StatusCreated).decode(t, &cred)
+	signed := jobBody(t, "idempotencyKey", "order-8-created", "credentialsId", cred.ID)
+	f.do(t, "POST", "/api/dispatch/jobs", signed).want(t, http.StatusCreated).decode(t, &first)
+	f.do(t, "DELETE", "/api/admin/dispatch/credentials/"+cred.ID, "").want(t, http.StatusNoContent)
+	f.do(t, "POST", "/api/dispatch/jobs", signed).want(t, http.StatusOK).decode(t, &again)
+	if again.ID != first.ID {
+		t.Errorf("the retry after its credentials were deleted answered job %s, want %s", again.ID, first.ID)
+	}
+
+	stale := jobBody(t, "idempotencyKey", "never-stored", "expiresAt", clock.now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+	if fields := f.do(t, "POST", "/api/dispatch/jobs", stale).errorCode(t, http.StatusBadRequest, dispatch.EInvalid); !slices.Equal(fields, []string{"expiresAt"}) {
+		t.Errorf("a stale body with a new key: fields %v, want [expiresAt]", fields)
+	}
+	if n := f.countJobs(t); n != 2 {
+		t.Errorf("%d job rows, want 2", n)
+	}
+}
+
 func TestCreateJobInvalid(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

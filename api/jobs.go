@@ -32,14 +32,14 @@ const (
 func (s *Server) createJob(c *gin.Context) {
 	j, err := decode.CreateJob(body(c), s.cfg.JobRules, s.now())
 	if err != nil {
-		s.writeError(c, err)
+		s.refuseCreate(c, err)
 		return
 	}
 	span := s.startCreate(c.Request.Context(), j)
 	out, created, err := s.store.CreateJob(c.Request.Context(), j)
 	endCreate(span, out, created, err)
 	if err != nil {
-		s.writeError(c, err)
+		s.refuseCreate(c, err)
 		return
 	}
 	if !created {
@@ -48,6 +48,22 @@ func (s *Server) createJob(c *gin.Context) {
 	}
 	s.metrics.jobsCreated.Inc()
 	writeJSON(c, http.StatusCreated, viewJob(out))
+}
+
+// refuseCreate answers a create refused for its body with err, unless its
+// idempotency key is held by a job already: a retry of a create that was
+// stored may no longer pass (its expiresAt has passed, its credentials were
+// deleted), and is answered as any repeat of the key is, 200 with that job.
+func (s *Server) refuseCreate(c *gin.Context, err error) {
+	if code := dispatch.ErrorCode(err); code == dispatch.EInvalid || code == dispatch.EUnprocessable {
+		if key := decode.IdempotencyKey(body(c)); key != "" {
+			if j, ok, kerr := s.store.JobByKey(c.Request.Context(), key); kerr == nil && ok {
+				writeJSON(c, http.StatusOK, viewJob(j))
+				return
+			}
+		}
+	}
+	s.writeError(c, err)
 }
 
 // withItemProblems adds to a batch's refusal (credentials that do not

@@ -26,6 +26,7 @@ import (
 type Store interface {
 	CreateJob(ctx context.Context, j *dispatch.Job) (dispatch.Job, bool, error)
 	CreateJobs(ctx context.Context, jobs []*dispatch.Job) ([]dispatch.Job, []bool, error)
+	JobByKey(ctx context.Context, key string) (dispatch.Job, bool, error)
 	GetJob(ctx context.Context, id int64) (dispatch.Job, error)
 	SearchJobs(ctx context.Context, f dispatch.JobFilter, page, size int) ([]dispatch.Job, int, error)
 	ListAttempts(ctx context.Context, jobID int64) ([]dispatch.Attempt, error)

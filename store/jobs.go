@@ -640,6 +640,15 @@ func (s *Store) insertJobsOnce(ctx context.Context, q querier, jobs []*dispatch.
 	return out, created, nil
 }
 
+// JobByKey returns the job holding idempotency key, if one does.
+func (s *Store) JobByKey(ctx context.Context, key string) (dispatch.Job, bool, error) {
+	jobs, err := s.jobsByKey(ctx, s.pool, []string{key})
+	if err != nil || len(jobs) == 0 {
+		return dispatch.Job{}, false, err
+	}
+	return jobs[0], true, nil
+}
+
 func (s *Store) jobsByKey(ctx context.Context, q querier, keys []string) ([]dispatch.Job, error) {
 	if s.beforeKeyLookup != nil {
 		if err := s.beforeKeyLookup(); err != nil {

@@ -31,6 +31,22 @@ func CreateJob(body []byte, rules dispatch.JobRules, now time.Time) (*dispatch.J
 	return jobFromFields(fields, p, rules, now)
 }
 
+// IdempotencyKey is the idempotencyKey of a create's body, or "" when the
+// body is not an object or holds no key as a string: what a create refused
+// looks up, since a retry of a create that was stored may no longer pass
+// (its expiresAt has passed, its credentials were deleted).
+func IdempotencyKey(body []byte) string {
+	fields, _ := decodeObject(body)
+	if fields == nil {
+		return ""
+	}
+	k, ok := unquote(fields["idempotencyKey"])
+	if !ok {
+		return ""
+	}
+	return k
+}
+
 // CreateJobs decodes a batch body {"jobs":[...]} into per-item results:
 // jobs[i] is set when items[i] is valid, errs[i] otherwise.
 func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems int) ([]*dispatch.Job, []error, error) {
