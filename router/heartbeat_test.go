@@ -157,6 +157,28 @@ func TestStartupAgainstAHungQueueRetriesAndLogs(t *testing.T) {
 	}
 }
 
+// proxiedQueue opens q through a proxy that passes each SQS request to
+// intercept first, with forward, which sends it on to the stand-in and
+// writes the answer: unless intercept answered (true), by itself or by
+// forward, the request goes on.
+func proxiedQueue(t *testing.T, q sqstest.Queue, intercept func(w http.ResponseWriter, r *http.Request, body []byte, forward func()) bool) *queue.Queue {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		forward := func() { forwardTo(w, r, client, q.Endpoint, body) }
+		if !intercept(w, r, body, forward) {
+			forward()
+		}
+	}))
+	t.Cleanup(func() { proxy.Close(); client.CloseIdleConnections() })
+	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rq
+}
+
 // A message that finishes, and is deleted, while a heartbeat's call to
 // extend it is under way makes that call's entry for it fail ("message
 // does not exist"): nothing is wrong, and no HEARTBEAT_FAILED warning is
@@ -170,9 +192,7 @@ func TestAMessageDeletedDuringAHeartbeatRaisesNoWarning(t *testing.T) {
 		mu                    sync.Mutex
 		deleteOnce            sync.Once
 	)
-	client := &http.Client{Timeout: 30 * time.Second}
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+	rq := proxiedQueue(t, q, func(_ http.ResponseWriter, r *http.Request, body []byte, forward func()) bool {
 		switch r.Header.Get("X-Amz-Target") {
 		case "AmazonSQS.ChangeMessageVisibilityBatch":
 			if !bytes.Contains(body, []byte(`"VisibilityTimeout":3`)) {
@@ -188,21 +208,18 @@ func TestAMessageDeletedDuringAHeartbeatRaisesNoWarning(t *testing.T) {
 				select {
 				case <-deleted:
 				case <-r.Context().Done():
-					return
+					return true
 				}
 			case 2: // the first one's answer was read
 				close(second)
 			}
 		case "AmazonSQS.DeleteMessageBatch":
-			defer deleteOnce.Do(func() { close(deleted) })
+			forward() // deleted, then the held heartbeat goes on
+			deleteOnce.Do(func() { close(deleted) })
+			return true
 		}
-		forwardTo(w, r, client, q.Endpoint, body)
-	}))
-	t.Cleanup(func() { proxy.Close(); client.CloseIdleConnections() })
-	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+		return false
+	})
 	release := make(chan struct{})
 	b := setupOn(t, q, rq, 2, func(ptr dispatch.Pointer, _ int) error {
 		if ptr.ID == "1" {
@@ -232,21 +249,14 @@ func TestAMessageDeletedDuringAHeartbeatRaisesNoWarning(t *testing.T) {
 func TestAHeartbeatFailingForAMessageStillHeldWarns(t *testing.T) {
 	t.Parallel()
 	q := sqstest.New(t, 3*time.Second) // heartbeat every second, extending to 3 s
-	client := &http.Client{Timeout: 30 * time.Second}
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+	rq := proxiedQueue(t, q, func(w http.ResponseWriter, r *http.Request, body []byte, _ func()) bool {
 		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ChangeMessageVisibilityBatch" && bytes.Contains(body, []byte(`"VisibilityTimeout":3`)) {
 			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 			_, _ = io.WriteString(w, `{"Successful":[],"Failed":[{"Id":"0","SenderFault":true,"Code":"ReceiptHandleIsInvalid","Message":"the receipt is not valid"}]}`)
-			return
+			return true
 		}
-		forwardTo(w, r, client, q.Endpoint, body)
-	}))
-	t.Cleanup(func() { proxy.Close(); client.CloseIdleConnections() })
-	rq, err := queue.Open(context.Background(), queue.Config{URL: q.URL, Endpoint: proxy.URL, CallTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+		return false
+	})
 	release := make(chan struct{})
 	b := setupOn(t, q, rq, 1, func(dispatch.Pointer, int) error { <-release; return nil })
 	t.Cleanup(func() { close(release) }) // before the router stops

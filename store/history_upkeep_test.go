@@ -26,6 +26,23 @@ func pastRetention(t *testing.T, st *store.Store, at time.Time) store.HistoryRep
 	return rep
 }
 
+// reader opens a transaction that has read the jobs and holds its
+// snapshot, as a backup's does, until release (or the test's end).
+func reader(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }) }
+	t.Cleanup(release) // should the test end first
+	return release
+}
+
 // expiredPartitions lists the partitions of parents whose time is past
 // cutoff.
 func expiredPartitions(t *testing.T, pool *pgxpool.Pool, cutoff time.Time, parents ...string) []string {
@@ -120,17 +137,7 @@ func TestUpkeepOutwaitsTheStatementTimeout(t *testing.T) {
 	completeJob(t, st, done.ID, now())
 
 	// A reader of the jobs, as a backup is, for 1.5 s.
-	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM dispatch_job`); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }) }
-	time.AfterFunc(1500*time.Millisecond, release)
-	t.Cleanup(release) // should the test end first
+	time.AfterFunc(1500*time.Millisecond, reader(t, pool))
 
 	pastRetention(t, st, t0.Add(20*time.Minute))
 	if _, err := st.GetJob(t.Context(), done.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
@@ -152,17 +159,7 @@ func TestADropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
 	done := createJob(t, st)
 	completeJob(t, st, done.ID, now())
 
-	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM dispatch_job`); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }) }
-	t.Cleanup(release)
-
+	release := reader(t, pool)
 	dropped := make(chan error, 1)
 	go func() {
 		_, err := st.MaintainHistory(context.WithoutCancel(t.Context()), t0.Add(20*time.Minute),

@@ -42,6 +42,15 @@ func (f *skipOutbox) skipped(key string) bool {
 	return false
 }
 
+// runPublisher runs p until the test ends.
+func runPublisher(t *testing.T, p *outbox.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // drain receives every pointer on q until n have come, deleting them.
 func drain(t *testing.T, q *queue.Queue, n int) []dispatch.Pointer {
 	t.Helper()
@@ -78,10 +87,7 @@ func TestPointersGoToTheQueueTheirJobNames(t *testing.T) {
 	p := outbox.New(qa, store, outbox.Config{
 		Destinations: []outbox.Destination{{Key: a.URL, Queue: qa}, {Key: b.Name, Queue: qb}, {Key: "nowhere.fifo", Queue: missing}},
 		RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runPublisher(t, p)
 
 	mark := time.Now().Truncate(time.Microsecond)
 	p.Hand([]dispatch.Unsent{
@@ -137,10 +143,7 @@ func TestJobsNamingAGoneQueueWaitWhileTheDefaultQueueFails(t *testing.T) {
 	store := &skipOutbox{}
 	p := outbox.New(missing, store, outbox.Config{Destinations: []outbox.Destination{{Key: b.Name, Queue: qb}},
 		RequeueAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runPublisher(t, p)
 
 	mark := time.Now().Truncate(time.Microsecond)
 	p.Hand([]dispatch.Unsent{{ID: 1, Mark: mark, QueueURL: "gone.fifo"}, {ID: 2, Mark: mark, QueueURL: b.Name}}, 0)
