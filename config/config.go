@@ -334,7 +334,9 @@ func LoadFor(command string, getenv func(string) string) (Config, error) {
 		if reads("DISPATCH_INTERNAL_TOKEN") && c.InternalToken == "" {
 			r.fail("DISPATCH_INTERNAL_TOKEN", "is required unless DISPATCH_INSECURE=true")
 		}
-		if reads("DISPATCH_ENCRYPTION_KEY") && c.EncryptionKey == nil && getenv("DISPATCH_ENCRYPTION_KEY") == "" {
+		// Blank counts as unset (a secret holding only a newline): with no
+		// key, secrets would be stored in plain text.
+		if reads("DISPATCH_ENCRYPTION_KEY") && c.EncryptionKey == nil && strings.TrimSpace(getenv("DISPATCH_ENCRYPTION_KEY")) == "" {
 			r.fail("DISPATCH_ENCRYPTION_KEY", "is required unless DISPATCH_INSECURE=true (generate one with: openssl rand -base64 32)")
 		}
 	}
@@ -692,7 +694,14 @@ func (r *reader) queues(file *routerFile, c Config) []Queue {
 		}
 		q := Queue{URL: c.QueueURL, Name: c.QueueName, Connections: 1}
 		if q.URL != "" {
-			q.Name = lastSegment(q.URL)
+			// Checked as a queueUri of DISPATCH_QUEUES is: a bad one fails
+			// the start naming it, not each receive later.
+			u, err := url.Parse(q.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, ".fifo") {
+				r.fail("DISPATCH_QUEUE_URL", "must be the absolute http(s) URL of a FIFO queue, ending in .fifo (got %q)", MaskDatabaseURL(q.URL))
+				return nil
+			}
+			q.Name = lastSegment(q.URL) // DISPATCH_QUEUE_NAME is for a URL not given
 		}
 		return []Queue{q}
 	}
@@ -766,6 +775,9 @@ func parseQueueSpec(spec string) (Queue, bool) {
 	if err != nil {
 		return Queue{}, false
 	}
+	if n == 0 {
+		n = -1 // given as 0: refused by the range check, not read as unset
+	}
 	q.Connections = n
 	if len(parts) == 2 {
 		var s seconds
@@ -782,11 +794,12 @@ func lastSegment(u string) string { return u[strings.LastIndex(u, "/")+1:] }
 
 func (r *reader) pools(file *routerFile) []Pool {
 	var pools []Pool
+	source := "DISPATCH_POOLS" // the setting a bad pool's problem names
 	switch {
 	case file == nil && r.str("DISPATCH_ROUTER_CONFIG", "") != "":
 		return nil // unusable, reported
 	case file != nil && len(file.ProcessingPools) > 0:
-		pools = file.ProcessingPools
+		pools, source = file.ProcessingPools, "DISPATCH_ROUTER_CONFIG"
 	case file != nil && len(file.Queues) == 0:
 		r.fail("DISPATCH_ROUTER_CONFIG", "defines neither queues nor processingPools")
 	default: // no file, or one with queues alone
@@ -818,16 +831,16 @@ func (r *reader) pools(file *routerFile) []Pool {
 		what := "pool " + p.Code
 		switch {
 		case p.Code == "":
-			r.fail("DISPATCH_POOLS", "pool %d has no code", i+1)
+			r.fail(source, "pool %d has no code", i+1)
 			what = fmt.Sprintf("pool %d", i+1)
 		case seen[p.Code]:
-			r.fail("DISPATCH_POOLS", "pool %s appears twice", p.Code)
+			r.fail(source, "pool %s appears twice", p.Code)
 		}
 		if p.Concurrency < 1 || p.Concurrency > 1000 {
-			r.fail("DISPATCH_POOLS", "%s concurrency must be 1 to 1000", what)
+			r.fail(source, "%s concurrency must be 1 to 1000", what)
 		}
 		if p.RateLimitPerMinute < 0 {
-			r.fail("DISPATCH_POOLS", "%s rate per minute must be a positive number", what)
+			r.fail(source, "%s rate per minute must be a positive number", what)
 		}
 		seen[p.Code] = true
 	}

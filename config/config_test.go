@@ -161,6 +161,14 @@ func TestLoadSecureNeedsTokensAndKey(t *testing.T) {
 	if !strings.Contains(msg, "DISPATCH_INTERNAL_TOKEN") || strings.Contains(msg, "DISPATCH_ADMIN_TOKEN") {
 		t.Errorf("error:\n%s", msg)
 	}
+	// A key of blanks alone (a secret holding only a newline) is no key:
+	// with none, secrets would be stored in plain text.
+	for _, blank := range []string{" ", "\n"} {
+		msg := loadErr(t, secure(map[string]string{"DISPATCH_ENCRYPTION_KEY": blank}))
+		if !strings.Contains(msg, "DISPATCH_ENCRYPTION_KEY is required") {
+			t.Errorf("DISPATCH_ENCRYPTION_KEY=%q: error:\n%s", blank, msg)
+		}
+	}
 }
 
 func TestLoadRejectsValue(t *testing.T) {
@@ -457,6 +465,13 @@ func TestLoadQueuesErrors(t *testing.T) {
 		{"relative endpoint", nil, `{"queues": [{"queueName": "a.fifo", "endpoint": "elasticmq:9324"}]}`,
 			[]string{`queue 1: endpoint must be an absolute http(s) URL, such as http://localhost:9324 (got "elasticmq:9324")`}},
 		{"neither queues nor pools", nil, `{}`, []string{"defines neither queues nor processingPools"}},
+		{"zero connections", map[string]string{"DISPATCH_QUEUES": "a.fifo:0"}, "", []string{"(a.fifo): connections must be 1 to 20"}},
+		{"queue URL without a scheme", map[string]string{"DISPATCH_QUEUE_URL": "sqs.eu-west-1.amazonaws.com/1/orders.fifo"}, "",
+			[]string{"DISPATCH_QUEUE_URL must be the absolute http(s) URL of a FIFO queue"}},
+		{"queue URL of a standard queue", map[string]string{"DISPATCH_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/1/orders"}, "",
+			[]string{"DISPATCH_QUEUE_URL must be the absolute http(s) URL of a FIFO queue"}},
+		{"a file's pool", nil, `{"processingPools": [{"code": "A", "concurrency": 0}]}`,
+			[]string{"DISPATCH_ROUTER_CONFIG pool A concurrency must be 1 to 1000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,81 @@ func pastRetention(t *testing.T, st *store.Store, at time.Time) store.HistoryRep
 	return rep
 }
 
+// A process migrating holds tern's lock for as long as its migrations take;
+// another starting meanwhile waits for it on one connection, however long:
+// the lock timeout is for the tables' locks. It used to give up after the
+// timeout, try again on a new connection, and fail the start after twelve
+// tries (two minutes), saying a long transaction held a table.
+func TestMigrateWaitsOutAnotherProcesssMigration(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	ctx := t.Context()
+	other, err := pgx.Connect(ctx, dbURL) // the process migrating
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.WithoutCancel(ctx))
+	const ternLock = 9628173550095224 // tern's migration lock
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(ternLock)); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("lock_timeout", "100") // ms: the wait would have given up at once
+	u.RawQuery = q.Encode()
+	pool, err := store.Connect(ctx, u.String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	migrated := make(chan error, 1)
+	go func() { migrated <- store.Migrate(context.WithoutCancel(ctx), pool) }()
+
+	// For 3 s the migration waits: on one connection, never failing.
+	waiters := map[int32]bool{}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		select {
+		case err := <-migrated:
+			t.Fatalf("the migration ended while another held the lock: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		rows, err := other.Query(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pids {
+			waiters[p] = true
+		}
+	}
+	var still bool
+	if err := other.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&still); err != nil {
+		t.Fatal(err)
+	}
+	if len(waiters) != 1 || !still {
+		t.Errorf("the migration waited on %d connections, and at 3 s waiting: %v; want one wait that does not give up", len(waiters), still)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(ternLock)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Errorf("the migration, once the lock was free: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the migration did not end within 30 s of the lock being free")
+	}
+}
+
 // reader opens a transaction that has read the jobs and holds its
 // snapshot, as a backup's does, until release (or the test's end).
 func reader(t *testing.T, pool *pgxpool.Pool) (release func()) {

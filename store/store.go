@@ -382,6 +382,9 @@ func holdsSQL(sql string) bool {
 	return false
 }
 
+// ternLock is the advisory lock tern migrates under (its lockNum).
+const ternLock = int64(9628173550095224)
+
 // migrationLockWait is the longest a migration waits for a lock (the
 // creates queued behind it wait as long), and migrationTries how often it
 // tries: about two minutes in all.
@@ -396,6 +399,19 @@ func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 		return fmt.Errorf("store: migrate: %w", redactErr(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// Another process migrating holds tern's lock for as long as its
+	// migrations take: wait for it without the lock timeout, which is for
+	// the tables' locks. tern takes the lock again, on this session, and
+	// has it at once; closing the connection lets go of both.
+	if _, err := conn.Exec(ctx, `SET lock_timeout = 0`); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, ternLock); err != nil {
+		return fmt.Errorf("store: migrate: wait for another process's migrations: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `RESET lock_timeout`); err != nil { // the startup parameter's again
+		return fmt.Errorf("store: migrate: %w", err)
+	}
 	m, err := migrate.NewMigrator(ctx, conn, "dispatch_schema_version")
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
