@@ -1120,3 +1120,39 @@ func TestReceiveRequestAttemptIdRetrievesALostAnswer(t *testing.T) {
 		t.Fatalf("retry after a delete: err %v, want InvalidParameterValue", err)
 	}
 }
+
+// On a FIFO queue a receipt handle expires with its visibility: deleting
+// with it then fails and the message stays, to be received again (whose new
+// handle deletes it). The stand-in once deleted it: a router deleting after
+// its hold had lapsed passed the tests and would fail against SQS.
+func TestFIFODeleteWithAnExpiredHandleFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	url := e.fifo(t, map[string]string{"VisibilityTimeout": "1"})
+	e.send(t, url, "g", "d1", "x")
+	first := e.receive(t, url, 1, 1)
+	if len(first) != 1 {
+		t.Fatalf("received %d messages, want 1", len(first))
+	}
+	if e.clock != nil {
+		e.clock.Advance(2 * time.Second)
+	} else {
+		time.Sleep(2 * time.Second) // against a real endpoint: the visibility must end
+	}
+	_, err := e.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: first[0].ReceiptHandle})
+	if code := errorCode(err); code != "InvalidParameterValue" {
+		t.Errorf("a delete with the handle of a lapsed visibility: %v (code %q), want InvalidParameterValue", err, code)
+	}
+	again := e.receive(t, url, 1, 1)
+	if len(again) != 1 || aws.ToString(again[0].MessageId) != aws.ToString(first[0].MessageId) {
+		t.Fatalf("after the failed delete received %v, want the message again", bodies(again))
+	}
+	if _, err := e.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: first[0].ReceiptHandle}); errorCode(err) != "InvalidParameterValue" {
+		t.Errorf("a delete with the first handle after the message was received again: %v, want InvalidParameterValue", err)
+	}
+	e.del(t, url, again[0])
+	if left := e.receive(t, url, 1, 1); len(left) != 0 {
+		t.Errorf("deleted with its current handle, the message came back: %v", bodies(left))
+	}
+}

@@ -421,9 +421,12 @@ func (s *Server) deleteMessageBatch(_ *http.Request, body []byte) (any, error) {
 		func(e deleteEntry, now time.Time) error { return q.delete(e.ReceiptHandle, now) }, s.now)
 }
 
-// delete removes the message a receipt handle names. As in SQS, a handle
-// from an earlier receive of a message received again since succeeds
-// without deleting it, and a message already deleted is no error.
+// delete removes the message a receipt handle names. A message already
+// deleted is no error. As in SQS, on a standard queue a handle from an
+// earlier receive of a message received again since succeeds without
+// deleting it; on a FIFO queue a handle whose visibility has ended (the
+// message visible again, or received again since) has expired: the delete
+// fails and the message stays.
 func (q *queue) delete(handle string, now time.Time) error {
 	id, gen, err := parseReceiptHandle(handle)
 	if err != nil {
@@ -431,7 +434,13 @@ func (q *queue) delete(handle string, now time.Time) error {
 	}
 	q.expire(now)
 	m := q.byID[id]
-	if m == nil || m.receives != gen {
+	if m == nil {
+		return nil
+	}
+	if q.fifo && (m.receives != gen || !m.inflight) {
+		return invalid("Value %s for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", handle)
+	}
+	if m.receives != gen {
 		return nil
 	}
 	q.remove(m, now)
