@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -109,7 +111,41 @@ func (d *deleter) flush(ctx context.Context) {
 	// Shutdown must not cut a delete short: the messages would come back.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := chunks(pend, func(c []string) error { return d.q.DeleteBatch(ctx, c) }); err != nil {
+	del := func(c []string) error { return d.q.DeleteBatch(ctx, c) }
+	err := chunks(pend, del)
+	// Entries SQS failed on its side are tried again, twice at most: a
+	// grouped message left undeleted holds its group until its visibility
+	// ends.
+	for try := 1; try <= 2 && err != nil; try++ {
+		retry, rest := retryableDeletes(err)
+		if len(retry) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+		err = errors.Join(rest, chunks(retry, del))
+	}
+	if err != nil {
 		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
 	}
+}
+
+// retryableDeletes splits a flush's error into the receipts worth another
+// try and the rest of the error.
+func retryableDeletes(err error) (retry []string, rest error) {
+	var errs []error
+	for _, e := range flatten(err) {
+		var de *queue.DeleteError
+		if errors.As(e, &de) && len(de.Retry) > 0 {
+			retry = append(retry, de.Retry...)
+			if de.Failed > len(de.Retry) {
+				errs = append(errs, fmt.Errorf("queue: %d deletes failed: %s", de.Failed-len(de.Retry), de.Message))
+			}
+			continue
+		}
+		errs = append(errs, e)
+	}
+	return retry, errors.Join(errs...)
 }

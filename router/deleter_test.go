@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
 	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
@@ -134,4 +136,43 @@ func receiveAll(t *testing.T, q *queue.Queue, n int) []string {
 		}
 	}
 	return receipts
+}
+
+// A delete SQS fails on its side (an internal error, not the sender's
+// fault) is tried again: left undeleted, a grouped message holds its group
+// until its visibility ends (30 s here), and the group's next job waits.
+func TestADeleteSQSFailsOnItsSideIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	var failed atomic.Bool
+	rq := proxiedQueue(t, q, func(w http.ResponseWriter, r *http.Request, _ []byte, _ func()) bool {
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessageBatch" && failed.CompareAndSwap(false, true) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			_, _ = io.WriteString(w, `{"Successful":[],"Failed":[{"Id":"0","SenderFault":false,"Code":"InternalError","Message":"try again"}]}`)
+			return true
+		}
+		return false
+	})
+	mediated := make(chan string, 4)
+	b := setupOn(t, q, rq, 2, func(ptr dispatch.Pointer, _ int) error {
+		mediated <- ptr.ID
+		return nil
+	})
+	for _, want := range []string{"1", "2"} {
+		// 2 is sent once 1 is done: it is received only once 1 is deleted
+		// (the group is held while 1 is in flight).
+		n, _ := strconv.Atoi(want)
+		b.send(t, "g", n)
+		select {
+		case id := <-mediated:
+			if id != want {
+				t.Fatalf("mediated %s, want %s", id, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("job %s not mediated within 10 s (the first delete failed on SQS's side: was it tried again?)", want)
+		}
+	}
+	if !failed.Load() {
+		t.Error("no delete went through the failing proxy")
+	}
 }

@@ -475,9 +475,29 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []string) error {
 		return fmt.Errorf("queue: delete batch: %w", err)
 	}
 	if len(out.Failed) > 0 {
-		return fmt.Errorf("queue: %d deletes failed: %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
+		e := &DeleteError{Failed: len(out.Failed), Message: aws.ToString(out.Failed[0].Message)}
+		for _, f := range out.Failed {
+			i, err := strconv.Atoi(aws.ToString(f.Id))
+			if !f.SenderFault && err == nil && i >= 0 && i < len(receipts) {
+				e.Retry = append(e.Retry, receipts[i])
+			}
+		}
+		return e
 	}
 	return nil
+}
+
+// DeleteError is a DeleteBatch of which some entries failed. Those that
+// failed on SQS's side (not the sender's fault: an internal error) are
+// worth another try.
+type DeleteError struct {
+	Retry   []string // receipts of the entries that failed on SQS's side
+	Failed  int
+	Message string // the first failure's
+}
+
+func (e *DeleteError) Error() string {
+	return fmt.Sprintf("queue: %d deletes failed: %s", e.Failed, e.Message)
 }
 
 // Visibility is a visibility change for one message.
