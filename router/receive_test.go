@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router/queue"
 	"github.com/dispatchhq/dispatch/router/sqstest"
 )
@@ -76,5 +77,38 @@ func TestLostReceiveAnswerIsRecoveredAtOnce(t *testing.T) {
 	}
 	if n := lost.Load(); n < 3 {
 		t.Fatalf("the proxy cut %d answers, want 3: the test did not exercise a lost answer", n)
+	}
+}
+
+// A receive is bounded by the queue's own call timeout (DISPATCH_SQS_TIMEOUT,
+// 30 s here) past its long-poll wait, not by a shorter one of the router's:
+// an answer 17 s into a 1 s poll is taken, not counted as a failed receive.
+func TestAReceiveWaitsAsLongAsTheQueuesCallTimeout(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	answered := make(chan struct{})
+	var slowed atomic.Bool
+	rq := proxiedQueue(t, q, func(_ http.ResponseWriter, r *http.Request, _ []byte, forward func()) bool {
+		if r.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" || !slowed.CompareAndSwap(false, true) {
+			return false
+		}
+		select { // a slow answer, well within the call timeout
+		case <-time.After(17 * time.Second):
+		case <-r.Context().Done():
+		}
+		forward()
+		close(answered)
+		return true
+	})
+	b := setupOn(t, q, rq, 1, func(dispatch.Pointer, int) error { return nil })
+	select {
+	case <-answered:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the slow receive was never answered")
+	}
+	for _, s := range b.router.Queues(t.Context()) {
+		if s.ReceiveErrors != 0 {
+			t.Errorf("queue %s: %d receive errors, want none: the slow answer came within the call timeout", s.Name, s.ReceiveErrors)
+		}
 	}
 }

@@ -437,10 +437,11 @@ func (r *Router) receive(ctx context.Context, s *source) {
 		if attempt == "" || time.Since(attemptAt) > receiveAttemptLife {
 			attempt, attemptAt = queue.NewReceiveAttempt(), time.Now()
 		}
-		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.ReceiveWait+15*time.Second)
+		// The queue bounds the call: its long-poll wait plus its call
+		// timeout (DISPATCH_SQS_TIMEOUT), which may be longer than any
+		// bound set here.
 		s.receives.Add(1)
-		msgs, err := s.Queue.Receive(pollCtx, room, r.cfg.ReceiveWait, s.VisibilityTimeout, attempt)
-		cancel()
+		msgs, err := s.Queue.Receive(ctx, room, r.cfg.ReceiveWait, s.VisibilityTimeout, attempt)
 		if err != nil {
 			r.unreserve(room)
 			if ctx.Err() != nil {
