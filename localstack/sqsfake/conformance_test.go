@@ -943,8 +943,9 @@ func TestErrorShapes(t *testing.T) {
 	}
 	_, err = e.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: aws.String("garbage")})
 	var badHandle *types.ReceiptHandleIsInvalid
-	if !errors.As(err, &badHandle) {
-		t.Errorf("DeleteMessage with a garbage handle: %v, want ReceiptHandleIsInvalid", err)
+	var status interface{ HTTPStatusCode() int }
+	if !errors.As(err, &badHandle) || !errors.As(err, &status) || status.HTTPStatusCode() != http.StatusNotFound {
+		t.Errorf("DeleteMessage with a garbage handle: %v, want ReceiptHandleIsInvalid with SQS's 404", err)
 	}
 	_, err = e.api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("bad \x01 char"),
 		MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d")})
