@@ -10,10 +10,12 @@ package mediator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -322,8 +324,12 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 	// The outcome is worth the whole lease: given up on, a delivered
 	// webhook would be sent again once the lease ends (or the job end
 	// ERROR on its last attempt), so a database restart or failover of
-	// some seconds is waited out.
+	// some seconds is waited out. An error the database will answer again
+	// (a constraint, a bug) is tried a few times only.
 	for try := 0; ; try++ {
+		if try >= 5 && err != nil && !outage(err) {
+			break
+		}
 		if ctx.Err() != nil {
 			// Past the lease nothing may be written: the outcome is not
 			// recorded, so the pointer is not done with.
@@ -409,4 +415,23 @@ func (p *Processor) traced(ctx context.Context, j *dispatch.Job) context.Context
 // try-th failure: 200 ms doubling, at most 3.2 s.
 func recordBackoff(try int) time.Duration {
 	return time.Duration(math.Pow(2, float64(min(try, 4)))) * 200 * time.Millisecond
+}
+
+// outage reports whether err is the database being away or busy for a
+// while (a connection lost or refused, a restart, a failover, a timeout),
+// not an answer it would give again.
+func outage(err error) bool {
+	var coded interface{ SQLState() string } // the server's answer (pgconn.PgError)
+	if !errors.As(err, &coded) {
+		return true // no answer from the server: the connection, a timeout
+	}
+	switch code := coded.SQLState(); {
+	case strings.HasPrefix(code, "08"), // connection exception
+		strings.HasPrefix(code, "57P"),   // admin shutdown, crash shutdown, cannot connect now
+		strings.HasPrefix(code, "53"),    // insufficient resources
+		code == "40001", code == "40P01", // serialization failure, deadlock
+		code == "25006": // read-only transaction: a failover's standby
+		return true
+	}
+	return false
 }

@@ -177,6 +177,29 @@ func TestProcessWaitsOutADatabaseOutageToRecordTheOutcome(t *testing.T) {
 	}
 }
 
+// An error the database would answer again (a constraint, a bug) is tried
+// a few times only, not for the whole lease: it holds a worker for nothing.
+func TestProcessGivesUpSoonOnAnErrorTheDatabaseWouldRepeat(t *testing.T) {
+	t.Parallel()
+	s := setupProcessor(t, mediator.ProcessorConfig{})
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '23514'; END$$;
+		CREATE TRIGGER refuse BEFORE INSERT ON dispatch_attempt EXECUTE FUNCTION refuse()`); err != nil {
+		t.Fatal(err)
+	}
+	j := s.createJob(t, statusTarget(t, 200).URL, nil)
+	start := time.Now()
+	_, err := s.proc.Process(ctx, dispatch.Pointer{ID: dispatch.FormatID(j.ID), PoolCode: dispatch.DefaultPool, MediationType: "HTTP"})
+	if err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("Process: %v, want the database's refusal", err)
+	}
+	// Five tries take 6.2 s of backoff; the lease is 25 s here.
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("gave up after %s, want within the five tries (about 6 s), not the lease", took.Round(time.Second))
+	}
+}
+
 // A delivery whose claim was taken over while it ran (its holder presumed
 // dead) keeps its attempt in the record, but is not done with: its pointer
 // comes back to find the job's state, which the new holder decides.

@@ -1275,12 +1275,18 @@ func (r *Router) stillHeld(err error) error {
 	return errors.Join(errs...)
 }
 
-// flatten is the errors errors.Join put together in err, or err.
+// flatten is the errors errors.Join put together in err, joins within
+// joins too, or err.
 func flatten(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
 	}
-	return []error{err}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }
 
 // chunks calls fn on successive slices of at most 10 items (SQS batch size).

@@ -425,9 +425,9 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 // secret and the previous ones of a rotation), so a wrong or missing key
 // (DISPATCH_ENCRYPTION_KEY, or the _PREVIOUS one values sealed before a
 // key change still need) is a start-up error rather than failed
-// deliveries later. A rotation after a key change reseals the secrets but
-// not the bearer token: one credential may need both keys. Opening one is
-// a microsecond.
+// deliveries later. A rotation before this release resealed the secrets
+// but not the bearer token: such a credential may still need the earlier
+// key. Opening one is a microsecond.
 func (s *Store) CheckKey(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, `SELECT id, bearer_token, signing_secret, previous_secrets FROM dispatch_credentials ORDER BY id DESC`)
 	if err != nil {

@@ -247,7 +247,7 @@ func TestADropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
 			t.Fatal("the drop never waited for the reader")
 		}
 		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE query LIKE '%DETACH PARTITION%' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			WHERE query LIKE '%DETACH PARTITION%' AND wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 	}

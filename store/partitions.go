@@ -121,7 +121,7 @@ type HistoryReport struct {
 	Created int      // partitions created
 	Dropped int      // partitions dropped
 	Held    []string // partitions past retention kept for their live jobs
-	Skipped bool     // another replica held the upkeep lock
+	Skipped bool     // another replica held the lock of this pass's work (a full pass: the drops')
 }
 
 // History configures partition upkeep.
@@ -166,7 +166,9 @@ func (s *Store) upkeep(ctx context.Context, now time.Time, h History, full bool)
 		return err
 	})
 	if errors.Is(err, errLockHeld) {
-		rep.Skipped, err = true, nil
+		// Another replica is creating them. A full pass goes on with the
+		// rest, and is Skipped only if that is held too.
+		rep.Skipped, err = !full, nil
 	}
 	if !full {
 		if err != nil {

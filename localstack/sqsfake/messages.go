@@ -602,7 +602,7 @@ func receiptHandle(id string, gen int) string {
 }
 
 func parseReceiptHandle(h string) (string, int, error) {
-	bad := &apiError{status: 404, code: "ReceiptHandleIsInvalid", // SQS's model gives it 404 query: "ReceiptHandleIsInvalid;Sender",
+	bad := &apiError{status: 404, code: "ReceiptHandleIsInvalid", query: "ReceiptHandleIsInvalid;Sender", // 404: SQS's model
 		message: "The input receipt handle \"" + truncate(h, 64) + "\" is not a valid receipt handle."}
 	if h == "" {
 		return "", 0, missing("ReceiptHandle")

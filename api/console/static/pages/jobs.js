@@ -239,9 +239,11 @@ export function deadLettersPage(main) {
   panel, results);
 
   let deadTotal = 0;
+  let lastDry = null; // the dry run's answer: a run replays at most wouldReplay of matched
   async function dryRun() {
     try {
       const r = await api.post('/api/dispatch/jobs/replay?status=ERROR&dryRun=true');
+      lastDry = r;
       if (!r.matched) {
         clear(panel, h('div', { class: 'alert alert-info', id: 'dry-run' },
           'Nothing to replay: every dead letter has been replayed already, or its credentials were deleted.'));
@@ -266,7 +268,8 @@ export function deadLettersPage(main) {
         `Replayed ${r.replayed} dead letter${r.replayed === 1 ? '' : 's'} as new jobs.`,
         failed.length ? h('span', { id: 'replay-failed' },
           ` ${failed.length} could not be: ${failed[0].error.message}${failed.length > 1 ? ` (and ${failed.length - 1} more)` : ''}.`) : '',
-        r.more ? h('span', { id: 'replay-more' }, ' More remain: replay again for the next run.') : ''));
+        r.more || (lastDry && lastDry.matched > r.replayed + failed.length)
+          ? h('span', { id: 'replay-more' }, ' More remain: replay again for the next run.') : ''));
       toast(`Replayed ${r.replayed}`);
       load();
     } catch (e) {
