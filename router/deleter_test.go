@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -174,5 +175,40 @@ func TestADeleteSQSFailsOnItsSideIsTriedAgain(t *testing.T) {
 	}
 	if !failed.Load() {
 		t.Error("no delete went through the failing proxy")
+	}
+}
+
+// A release SQS fails on its side (a retry's visibility change failed with
+// an internal error) is tried again: left undone, the message would stay
+// hidden for its whole visibility (30 s here), not the retry's second.
+func TestAReleaseSQSFailsOnItsSideIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	var failed atomic.Bool
+	rq := proxiedQueue(t, q, func(w http.ResponseWriter, r *http.Request, body []byte, _ func()) bool {
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ChangeMessageVisibilityBatch" &&
+			bytes.Contains(body, []byte(`"VisibilityTimeout":1`)) && failed.CompareAndSwap(false, true) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			_, _ = io.WriteString(w, `{"Successful":[],"Failed":[{"Id":"0","SenderFault":false,"Code":"InternalError","Message":"try again"}]}`)
+			return true
+		}
+		return false
+	})
+	again := make(chan struct{})
+	b := setupOn(t, q, rq, 1, func(_ dispatch.Pointer, call int) error {
+		if call == 1 {
+			return &dispatch.RetryAfter{Delay: time.Second, Reason: "target failed"}
+		}
+		close(again)
+		return nil
+	})
+	b.send(t, "g", 1)
+	select {
+	case <-again:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the released message did not come back within 10 s (its release failed on SQS's side: was it tried again?)")
+	}
+	if !failed.Load() {
+		t.Error("no release went through the failing proxy")
 	}
 }

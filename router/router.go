@@ -800,7 +800,32 @@ func (r *Router) changeVisibility(s *source, changes []queue.Visibility, warning
 		return
 	}
 	ctx := context.Background()
-	if err := chunks(changes, func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }); err != nil {
+	change := func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }
+	err := chunks(changes, change)
+	// Changes SQS failed on its side are tried again, twice at most: a
+	// release left undone holds its message (and its group) until the
+	// visibility it had ends.
+	for try := 1; try <= 2 && err != nil; try++ {
+		var retry []queue.Visibility
+		var rest []error
+		for _, e := range flatten(err) {
+			var ve *queue.VisibilityError
+			if errors.As(e, &ve) && len(ve.Retry) > 0 {
+				retry = append(retry, ve.Retry...)
+				if n := len(ve.Receipts) - len(ve.Retry); n > 0 {
+					rest = append(rest, fmt.Errorf("queue: %d visibility changes failed: %s", n, ve.Message))
+				}
+				continue
+			}
+			rest = append(rest, e)
+		}
+		if len(retry) == 0 {
+			break
+		}
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		err = errors.Join(append(rest, chunks(retry, change))...)
+	}
+	if err != nil {
 		r.log.Warn(warning, "queue", s.name, "err", err)
 		r.warnings.add(Warning{Type: WarnVisibilityChange, Queue: s.name, Message: warning + ": " + err.Error()})
 	}

@@ -530,6 +530,9 @@ func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility)
 		for _, f := range out.Failed {
 			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(changes) {
 				e.Receipts = append(e.Receipts, changes[i].Receipt)
+				if !f.SenderFault {
+					e.Retry = append(e.Retry, changes[i])
+				}
 			}
 		}
 		return e
@@ -538,10 +541,12 @@ func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility)
 }
 
 // VisibilityError is a batch of visibility changes of which some failed:
-// a message deleted meanwhile (its receipt no longer valid), say.
+// a message deleted meanwhile (its receipt no longer valid), say. Those
+// that failed on SQS's side (not the sender's fault) are worth another try.
 type VisibilityError struct {
-	Receipts []string // of the changes that failed
-	Message  string   // the first failure's
+	Receipts []string     // of the changes that failed
+	Retry    []Visibility // the changes that failed on SQS's side
+	Message  string       // the first failure's
 }
 
 func (e *VisibilityError) Error() string {
