@@ -112,12 +112,43 @@ func (d *deleter) flush(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	del := func(c []string) error { return d.q.DeleteBatch(ctx, c) }
-	err := chunks(pend, del)
-	// Entries SQS failed on its side are tried again, twice at most: a
-	// grouped message left undeleted holds its group until its visibility
-	// ends.
+	// A grouped message left undeleted holds its group until its
+	// visibility ends.
+	err := retrySQSSide(ctx, chunks(pend, del), deletesToRetry, del)
+	if err != nil {
+		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
+	}
+}
+
+// deletesToRetry is e's deletes SQS failed on its side, and the rest of e.
+func deletesToRetry(e error) ([]string, error) {
+	var de *queue.DeleteError
+	if !errors.As(e, &de) || len(de.Retry) == 0 {
+		return nil, e
+	}
+	if n := de.Failed - len(de.Retry); n > 0 {
+		return de.Retry, fmt.Errorf("queue: %d deletes failed: %s", n, de.Message)
+	}
+	return de.Retry, nil
+}
+
+// retrySQSSide sends again, twice at most and a moment apart, the entries
+// of a batch call's error (err, a join of them) that SQS failed on its side
+// (retryOf picks them out of each error, and gives back the rest), and
+// returns what still failed.
+func retrySQSSide[T any](ctx context.Context, err error, retryOf func(error) ([]T, error), again func([]T) error) error {
 	for try := 1; try <= 2 && err != nil; try++ {
-		retry, rest := retryableDeletes(err)
+		var (
+			retry []T
+			rest  []error
+		)
+		for _, e := range flatten(err) {
+			r, other := retryOf(e)
+			retry = append(retry, r...)
+			if other != nil {
+				rest = append(rest, other)
+			}
+		}
 		if len(retry) == 0 {
 			break
 		}
@@ -125,27 +156,7 @@ func (d *deleter) flush(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
 		}
-		err = errors.Join(rest, chunks(retry, del))
+		err = errors.Join(append(rest, again(retry))...)
 	}
-	if err != nil {
-		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
-	}
-}
-
-// retryableDeletes splits a flush's error into the receipts worth another
-// try and the rest of the error.
-func retryableDeletes(err error) (retry []string, rest error) {
-	var errs []error
-	for _, e := range flatten(err) {
-		var de *queue.DeleteError
-		if errors.As(e, &de) && len(de.Retry) > 0 {
-			retry = append(retry, de.Retry...)
-			if de.Failed > len(de.Retry) {
-				errs = append(errs, fmt.Errorf("queue: %d deletes failed: %s", de.Failed-len(de.Retry), de.Message))
-			}
-			continue
-		}
-		errs = append(errs, e)
-	}
-	return retry, errors.Join(errs...)
+	return err
 }

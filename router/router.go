@@ -801,34 +801,26 @@ func (r *Router) changeVisibility(s *source, changes []queue.Visibility, warning
 	}
 	ctx := context.Background()
 	change := func(c []queue.Visibility) error { return s.Queue.ChangeVisibilityBatch(ctx, c) }
-	err := chunks(changes, change)
-	// Changes SQS failed on its side are tried again, twice at most: a
-	// release left undone holds its message (and its group) until the
+	// A release left undone holds its message (and its group) until the
 	// visibility it had ends.
-	for try := 1; try <= 2 && err != nil; try++ {
-		var retry []queue.Visibility
-		var rest []error
-		for _, e := range flatten(err) {
-			var ve *queue.VisibilityError
-			if errors.As(e, &ve) && len(ve.Retry) > 0 {
-				retry = append(retry, ve.Retry...)
-				if n := len(ve.Receipts) - len(ve.Retry); n > 0 {
-					rest = append(rest, fmt.Errorf("queue: %d visibility changes failed: %s", n, ve.Message))
-				}
-				continue
-			}
-			rest = append(rest, e)
-		}
-		if len(retry) == 0 {
-			break
-		}
-		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
-		err = errors.Join(append(rest, chunks(retry, change))...)
-	}
+	err := retrySQSSide(ctx, chunks(changes, change), changesToRetry, change)
 	if err != nil {
 		r.log.Warn(warning, "queue", s.name, "err", err)
 		r.warnings.add(Warning{Type: WarnVisibilityChange, Queue: s.name, Message: warning + ": " + err.Error()})
 	}
+}
+
+// changesToRetry is e's visibility changes SQS failed on its side, and
+// the rest of e.
+func changesToRetry(e error) ([]queue.Visibility, error) {
+	var ve *queue.VisibilityError
+	if !errors.As(e, &ve) || len(ve.Retry) == 0 {
+		return nil, e
+	}
+	if n := len(ve.Receipts) - len(ve.Retry); n > 0 {
+		return ve.Retry, fmt.Errorf("queue: %d visibility changes failed: %s", n, ve.Message)
+	}
+	return ve.Retry, nil
 }
 
 // hold and unhold track a buffered or in-flight message (lock held).
