@@ -232,12 +232,11 @@ var claimManySQL = &boundedSQL{sql: `
 //	(j.status || '') IN ('PENDING', 'FAILED')
 //
 // so the planner cannot choose idx_dispatch_status (or a partial index on
-// status) instead of the primary key. It did: with statistics taken while
-// few jobs were PENDING and a backlog of 12,000 PENDING since, the custom
-// plan scanned every PENDING job through idx_dispatch_status into a hash
-// join with the ids (6.3 ms on a quiet table, 50-125 ms under load, against
-// 1.1 ms by primary key), and split-mode deliveries fell to 300/s for 40 s
-// until the next autoanalyze.
+// status) instead of the primary key. With statistics taken while few
+// jobs were PENDING and a backlog of PENDING jobs since, a plan through
+// idx_dispatch_status scans every PENDING job into a hash join with the
+// ids, many times slower than the primary key's look-ups, until the next
+// autoanalyze (docs/decisions/plans-made-once.md).
 func (s *Store) claimMany(batch []*pending[claimReq, claimRes]) error {
 	n := len(batch)
 	ids := make([]int64, n)

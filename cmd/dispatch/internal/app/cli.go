@@ -73,8 +73,9 @@ var commands = []command{
 			"(/health/live answers, /health/ready says what it waits for)."},
 	{"router", "message router: long-polls SQS, feeds the processing pools",
 		"Receives pointers from the SQS queue and hands each to the processing\n" +
-			"endpoint (DISPATCH_PROCESS_URL) within its pool's concurrency. Never\n" +
-			"touches the database."},
+			"endpoint (DISPATCH_PROCESS_URL) within its pool's concurrency. Reads\n" +
+			"nothing from the database; writes its report there every 5 s (DATABASE_URL)\n" +
+			"for the console, and delivers whether or not that works."},
 	{"all", "api and router in one process (local use, small installs)",
 		"The API and the router in one process; the router hands pointers to the\n" +
 			"processor in process unless DISPATCH_PROCESS_URL is set."},
