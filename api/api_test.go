@@ -1002,6 +1002,33 @@ func TestAuthNotConfigured(t *testing.T) {
 	})
 }
 
+func TestInsecureModeAnswersOnlyItsOwnHostNames(t *testing.T) {
+	t.Parallel()
+	// A page on a rebinding domain reaches 127.0.0.1 with its own name as
+	// Host: insecure mode's open routes must not answer it.
+	f := setup(t, withConfig(func(c *api.Config) {
+		c.APITokens, c.AdminToken, c.InternalToken, c.Insecure = nil, "", "", true
+		c.PublicURL = "https://Dispatch.Example.COM./console/"
+	}))
+	host := func(h string) reqOption { return func(r *http.Request) { r.Host = h } }
+	for _, h := range []string{"rebind.attacker.example:8080", "rebind.attacker.example", "127.0.0.1.nip.io:8080", "localhost.attacker.example"} {
+		f.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), host(h)).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+		f.do(t, "POST", "/api/admin/dispatch/credentials", `{"bearerToken": "t"}`, bearer(""), host(h)).errorCode(t, http.StatusForbidden, dispatch.EForbidden)
+	}
+	var n int
+	if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM dispatch_credentials`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d credentials stored by refused requests (%v), want 0", n, err)
+	}
+	for _, h := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost:8080", "LOCALHOST.", "app.localhost", "api:8080", "dispatch.example.com", "10.1.2.3"} {
+		f.do(t, "GET", "/api/dispatch/jobs", "", bearer(""), host(h)).want(t, http.StatusOK)
+	}
+
+	// With tokens the routes are not open, and a token is what a page
+	// cannot have: Host is not checked.
+	secure := setup(t)
+	secure.do(t, "GET", "/api/dispatch/jobs", "", host("rebind.attacker.example")).want(t, http.StatusOK)
+}
+
 func TestProcess(t *testing.T) {
 	t.Parallel()
 	seen := make(chan dispatch.Pointer, 10)

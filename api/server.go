@@ -143,6 +143,7 @@ type Server struct {
 	signIns     *signInThrottle
 	// publicHTTPS: DISPATCH_PUBLIC_URL is https.
 	publicHTTPS bool
+	publicHost  string // DISPATCH_PUBLIC_URL's host, for guardHost
 }
 
 // New returns a Server. processor may be nil (no processing endpoint).
@@ -157,7 +158,7 @@ func New(store Store, processor Processor, cfg Config, reg metricsRegisterer) *S
 	}
 	s := &Server{cfg: cfg, store: store, processor: processor,
 		log: cfg.Logger.With("component", "api"), metrics: newAPIMetrics(reg), now: time.Now,
-		sessions: sessions{db: store, token: []byte(cfg.AdminToken)}, adminTokens: dispatch.NewTokens(cfg.AdminToken), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL)}
+		sessions: sessions{db: store, token: []byte(cfg.AdminToken)}, adminTokens: dispatch.NewTokens(cfg.AdminToken), console: newConsole(), signIns: newSignInThrottle(), publicHTTPS: isHTTPS(cfg.PublicURL), publicHost: publicHost(cfg.PublicURL)}
 	if cfg.Now != nil {
 		s.now = cfg.Now
 	}
@@ -236,6 +237,9 @@ func (s *Server) routes() *gin.Engine {
 		e.Use(s.traceRequests)
 	}
 	e.Use(s.recoverer, s.checkQuery)
+	if s.cfg.Insecure {
+		e.Use(s.guardHost)
+	}
 	e.NoRoute(func(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.ENotFound, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})

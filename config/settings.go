@@ -100,7 +100,7 @@ var Settings = []Setting{
 	{Name: "DISPATCH_ENCRYPTION_KEY_PREVIOUS", Range: "32 bytes in standard base64", Commands: []string{"api", "rekey"}, Secret: true,
 		Help: "the previous key, while `dispatch rekey` re-encrypts under the new one"},
 	{Name: "DISPATCH_INSECURE", Range: "true or false", Default: "false", Commands: everyService,
-		Help: "true: run without tokens and key (local use only)"},
+		Help: "true: run without tokens and key (local use only); routes without tokens then answer only requests for localhost, an IP address, a one-label name or DISPATCH_PUBLIC_URL's host"},
 
 	{Name: "DISPATCH_ALLOW_PRIVATE_TARGETS", Range: "true or false", Default: "false", Commands: apiOnly,
 		Help: "allow targets on loopback/private/link-local addresses, and plain http"},
