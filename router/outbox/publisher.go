@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,10 +37,11 @@ const confirmEvery = 5 * time.Second
 // confirmBatch flushes confirmations early once this many wait.
 const confirmBatch = 5000
 
-// handedTurn is how long sendHanded goes on sending hand-offs while more
-// keep coming before Run takes its turn (confirmations, the outbox pass,
-// the sweep).
-const handedTurn = 100 * time.Millisecond
+// turn is how long sendHanded goes on sending hand-offs while more keep
+// coming, or an outbox pass goes on while the outbox stays full, before
+// Run takes its turn for the rest: confirmations, the sweep, hand-offs
+// accepted again after a failed send.
+const turn = 100 * time.Millisecond
 
 // maxHanded bounds the pointers handed over at creation and not yet sent.
 // Past it new jobs go through the outbox query instead; it is also what a
@@ -452,8 +454,14 @@ func (p *Publisher) confirm(ctx context.Context, all bool) {
 	sent := p.unconfirmed
 	p.unconfirmed = nil
 	write := func() {
-		if err := p.outbox.ConfirmSent(ctx, sent); err != nil {
-			p.log.Warn("could not confirm sent pointers; the sweep will send them again", "jobs", len(sent), "err", err)
+		// In statements of confirmBatch at most: one statement's work
+		// grows faster than its pointers (each finds its mark by its place
+		// in the arrays), and the pointers piled up while a slow
+		// confirmation was written.
+		for chunk := range slices.Chunk(sent, confirmBatch) {
+			if err := p.outbox.ConfirmSent(ctx, chunk); err != nil {
+				p.log.Warn("could not confirm sent pointers; the sweep will send them again", "jobs", len(chunk), "err", err)
+			}
 		}
 	}
 	if all {
@@ -470,7 +478,7 @@ func (p *Publisher) confirm(ctx context.Context, all bool) {
 
 // sendHanded sends the pointers handed over at creation, in order, in
 // batches of whatever waits when the last send returned. While creates
-// keep coming the hand-offs may never run dry: after handedTurn it
+// keep coming the hand-offs may never run dry: after a turn it
 // returns, signalling p.handed again, so that Run takes its turn for the
 // confirmations, the outbox pass and the sweep and comes straight back.
 // What it cannot send it gives back to the outbox, and until a send works
@@ -509,7 +517,7 @@ func (p *Publisher) sendHanded(ctx context.Context) error {
 			}
 			p.unmark(rest) // the pointers of queues in their backoff: the outbox sends them later
 		}
-		if more && time.Since(start) >= handedTurn {
+		if more && time.Since(start) >= turn {
 			select {
 			case p.handed <- struct{}{}:
 			default:
@@ -563,9 +571,14 @@ func (p *Publisher) disableFailing(ctx context.Context) {
 }
 
 // publishAll sends due pointers until none are left, or until a batch is
-// sent while hand-offs wait: then it kicks itself and returns, and the
-// two take turns.
+// sent while hand-offs wait or after a turn: then it kicks itself and
+// returns, and Run comes straight back once the others have had theirs. An
+// outbox that stays full (a backlog after an outage, a large redrive,
+// creates outrunning the sends) would otherwise hold Run here: no
+// confirmation written, so every lease running out and each pointer sent
+// again, no sweep, and no hand-off accepted again after a failed one.
 func (p *Publisher) publishAll(ctx context.Context) error {
+	start := time.Now()
 	for {
 		now := time.Now()
 		n, err := p.outbox.PublishDueExcept(ctx, now, p.cfg.BatchSize, p.skip(now), func(due []dispatch.Unsent) ([]int64, error) {
@@ -577,7 +590,7 @@ func (p *Publisher) publishAll(ctx context.Context) error {
 		p.mu.Lock()
 		waiting := len(p.pending) > 0
 		p.mu.Unlock()
-		if waiting {
+		if waiting || time.Since(start) >= turn {
 			// Hand-offs wait: they go next, and the outbox's turn comes
 			// straight back after them. Draining the outbox first would
 			// leave them waiting until creates found no room and went

@@ -281,6 +281,55 @@ func TestHandOffsAreSentWhileTheOutboxHasWork(t *testing.T) {
 	}, "the three handed pointers reach the queue while the outbox always has a batch due")
 }
 
+// An outbox that stays full (a backlog after an outage, a large redrive)
+// does not hold the publisher in its pass: the pointers sent are
+// confirmed while the pass goes on, and a publisher whose hand-off failed
+// accepts hand-offs again once sends work. Before, the pass ran until the
+// outbox was empty: nothing was confirmed, so every lease ran out and the
+// sweep sent each pointer again, and every create went through the
+// outbox meanwhile.
+func TestAFullOutboxStillConfirmsAndTakesHandOffsAgain(t *testing.T) {
+	sq := sqstest.New(t, 30*time.Second)
+	target, err := url.Parse(sq.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var (
+		mu   sync.Mutex
+		down = true // SQS answers every request 500 while down
+	)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		d := down
+		mu.Unlock()
+		if d {
+			http.Error(w, `{"__type":"InternalError","message":"down"}`, http.StatusInternalServerError)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	cfg := sq.Config()
+	cfg.Endpoint, cfg.CallTimeout = proxy.URL, time.Second
+	q, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox := &endlessOutbox{}
+	p, _ := startPublisher(t, q, outbox)
+	p.Hand([]dispatch.Unsent{{ID: 11, Mark: time.Now()}}, 0)
+	eventually(t, 20*time.Second, func() bool { return !p.Accepting() },
+		"hand-offs refused after a hand-off could not be sent")
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	eventually(t, 10*time.Second, p.Accepting,
+		"hand-offs accepted again once sends work, while the outbox stays full")
+	eventually(t, 15*time.Second, func() bool { _, confirmed := outbox.progress(); return confirmed > 0 },
+		"pointers sent by the outbox pass confirmed while the outbox stays full")
+}
+
 // The bound on handed pointers holds however many creates reserve room at
 // once: a reservation that does not fit is refused, and room comes back
 // when the create hands its pointers (or none, having failed).
