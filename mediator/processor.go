@@ -149,7 +149,9 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 	case dispatch.ClaimBusy:
 		return retryAt(c.Until, now, "another processor is delivering this job"), nil
 	case dispatch.ClaimNotDue:
-		return retryAt(c.Until, now, "job is not due yet"), nil
+		d := retryAt(c.Until, now, "job is not due yet")
+		d.RetryAfter = parkFor(c.Job, d.RetryAfter)
+		return d, nil
 	case dispatch.ClaimBlocked:
 		// The store took this pointer out of the queue (it is sent again
 		// later, behind its group): acknowledge this copy.
@@ -162,6 +164,23 @@ func (p *Processor) Process(ctx context.Context, ptr dispatch.Pointer) (dispatch
 		dc = p.deferClaim(ctx, log, c.Job)
 	}
 	return p.deliver(ctx, log, c.Job, dc)
+}
+
+// groupRecheck is the longest a grouped job's pointer is put back on the
+// queue for (its message's visibility) while the job waits for its next
+// attempt or its scheduled time. A FIFO queue hands out nothing more of
+// the group while the message is away, and nothing can reach it there: a
+// job cancelled, or expired, meanwhile would hold its group until the
+// whole backoff (up to DISPATCH_RETRY_MAX) had passed. Asked again each
+// minute, the claim finds it ended and the group goes on.
+const groupRecheck = time.Minute
+
+// parkFor is how long j's pointer is put back for, to come back in d.
+func parkFor(j dispatch.Job, d time.Duration) time.Duration {
+	if j.GroupID != "" {
+		return min(d, groupRecheck)
+	}
+	return d
 }
 
 func retryAt(until, now time.Time, reason string) dispatch.Decision {
@@ -291,7 +310,7 @@ func (p *Processor) record(ctx context.Context, log *slog.Logger, j dispatch.Job
 			delay = min(d.RetryAfter, p.backoff.Max)
 		}
 		t = dispatch.Transition{Status: dispatch.StatusFailed, LastError: d.Err, NextAttemptAt: d.CompletedAt.Add(delay)}
-		res = dispatch.Decision{RetryAfter: clampDelay(delay), Reason: d.Err}
+		res = dispatch.Decision{RetryAfter: clampDelay(parkFor(j, delay)), Reason: d.Err}
 	case d.Retryable:
 		exhausted = true
 		t = dispatch.Transition{Status: dispatch.StatusError,

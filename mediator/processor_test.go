@@ -276,6 +276,47 @@ func TestProcessRetryAfterHeader(t *testing.T) {
 	}
 }
 
+// A grouped job waiting for its next attempt or its time puts its pointer
+// back for a minute at most: the queue holds the rest of its group behind
+// it, so a cancel (or an expiry) meanwhile must free the group within a
+// minute, not after the whole backoff. The job's own time is unchanged.
+func TestProcessGroupedJobWaitsAMinuteAtMostOnTheQueue(t *testing.T) {
+	t.Parallel()
+	s := setupProcessor(t, mediator.ProcessorConfig{
+		Backoff: dispatch.Backoff{Base: 2 * time.Second, Max: time.Hour, Rand: func() float64 { return 0.5 }}})
+	tg := newTarget(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "600")
+		w.WriteHeader(429)
+	})
+	j := s.createJob(t, tg.URL, func(j *dispatch.Job) { j.GroupID = "order-1" })
+	if d := s.process(t, j.ID); d.Done || d.RetryAfter != time.Minute {
+		t.Errorf("decision %+v; want the pointer back within a minute", d)
+	}
+	got := s.job(t, j.ID)
+	if got.NextAttemptAt == nil || time.Until(*got.NextAttemptAt) < 9*time.Minute {
+		t.Errorf("next attempt at %v; want the target's 10 minutes", got.NextAttemptAt)
+	}
+	// Back early: still not attempted, and back within a minute again.
+	if d := s.process(t, j.ID); d.Done || d.RetryAfter > time.Minute || d.RetryAfter < 59*time.Second {
+		t.Errorf("early redelivery: decision %+v; want a minute", d)
+	}
+	if _, err := s.store.CancelJob(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.process(t, j.ID); !d.Done {
+		t.Errorf("after the cancel: decision %+v; want done, so that its group goes on", d)
+	}
+	if n := tg.hits.Load(); n != 1 {
+		t.Errorf("target received %d requests, want 1", n)
+	}
+
+	later := time.Now().Add(time.Hour)
+	sched := s.createJob(t, tg.URL, func(j *dispatch.Job) { j.GroupID = "order-2"; j.ScheduledFor = &later })
+	if d := s.process(t, sched.ID); d.Done || d.RetryAfter > time.Minute || d.RetryAfter < 59*time.Second {
+		t.Errorf("grouped job scheduled in an hour: decision %+v; want a minute", d)
+	}
+}
+
 func TestProcessExhausted(t *testing.T) {
 	t.Parallel()
 	// A tiny backoff, so the job is due again at once.
