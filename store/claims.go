@@ -39,14 +39,20 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	// Fast path, one statement shared with the claims arriving at the same
 	// time (group commit): a due PENDING/FAILED job with attempts left, not
 	// expired, and no unfinished earlier job in its group.
-	r, err := s.claims.do(claimReq{ctx: ctx, id: id, now: now, until: now.Add(lease)})
-	if err != nil {
+	until := now.Add(lease)
+	r, err := s.claims.do(claimReq{ctx: ctx, id: id, now: now, until: until})
+	if err != nil && (nothingWritten(err) || ctx.Err() != nil) {
 		return dispatch.Claim{}, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	if r.claimed {
 		return dispatch.Claim{State: dispatch.Claimed, Job: r.job}, nil
 	}
 	// Anything else is decided under a row lock: why not, and what then.
+	// So is a claim whose statement may have committed though its answer
+	// was lost (the connection dropped, here or in a shared batch tried
+	// again alone): the row then holds this very claim, which is this
+	// processor's to deliver, not another's to wait for.
+	lost := err != nil || r.lost
 	c := dispatch.Claim{}
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols("dispatch_job")+` FROM dispatch_job WHERE id = $1 FOR UPDATE OF dispatch_job`, id))
@@ -59,6 +65,9 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		}
 		c.Job = j
 		switch {
+		case lost && ownClaim(j, now, until):
+			c.State = dispatch.Claimed
+			return nil
 		case j.Status.Terminal():
 			c.State = dispatch.ClaimTerminal
 			return nil
@@ -124,6 +133,18 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	return c, nil
 }
 
+// ownClaim reports whether j holds the claim made at now until until: a
+// claim is stamped with its processor's own times, to the microsecond
+// PostgreSQL keeps. Asked only after a claim's answer was lost: two copies
+// of one pointer claimed in the same microsecond, one of them losing its
+// answer, could both take it for theirs (a duplicate delivery, as at least
+// once allows), where without it the job would wait out its lease and be
+// charged an attempt never made.
+func ownClaim(j dispatch.Job, now, until time.Time) bool {
+	return j.Status == dispatch.StatusInProgress && j.LastAttemptAt != nil && j.ClaimedUntil != nil &&
+		j.LastAttemptAt.Equal(now.Truncate(time.Microsecond)) && j.ClaimedUntil.Equal(until.Truncate(time.Microsecond))
+}
+
 // takeoverMessage is the error of the TIMEOUT attempt a stale claim's
 // takeover records for the attempt whose outcome it cannot know. It marks
 // the one attempt row a later record may replace (finishManySQL): the
@@ -176,6 +197,9 @@ type claimReq struct {
 type claimRes struct {
 	job     dispatch.Job
 	claimed bool
+	// lost: a statement that may have claimed the job failed before its
+	// answer was read (claimBatch tried the job alone after it).
+	lost bool
 }
 
 // claimBatch runs the fast path for a batch of claims. A job claimed twice
@@ -196,6 +220,9 @@ func (s *Store) claimBatch(batch []*pending[claimReq, claimRes]) {
 		if len(together) == 1 {
 			together[0].err = err
 		} else {
+			for _, p := range together {
+				p.res.lost = !nothingWritten(err)
+			}
 			alone = append(together, alone...)
 		}
 	}

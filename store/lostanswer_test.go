@@ -1,0 +1,145 @@
+package store_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatchhq/dispatch"
+	"github.com/dispatchhq/dispatch/store"
+	"github.com/dispatchhq/dispatch/store/storetest"
+)
+
+// cutProxy forwards PostgreSQL connections and, once armed, cuts the
+// connection that carries the next answer to an UPDATE, before the client
+// reads it: the server has committed the statement (an implicit
+// transaction commits before its answer is flushed), the client sees a
+// broken connection.
+type cutProxy struct {
+	addr string
+	mu   sync.Mutex
+	arm  bool
+	cuts int
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(server, client); server.Close() }()
+			go func() { defer wg.Done(); p.answers(client, server) }()
+		}
+	}()
+	return p
+}
+
+// answers copies the server's answers to the client until it is armed
+// and an UPDATE's answer comes by.
+func (p *cutProxy) answers(client, server net.Conn) {
+	defer client.Close()
+	defer server.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			cut := p.arm && bytes.Contains(buf[:n], []byte("UPDATE "))
+			if cut {
+				p.arm = false
+				p.cuts++
+			}
+			p.mu.Unlock()
+			if cut {
+				return
+			}
+			if _, err := client.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) armed(on bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.arm = on
+	return p.cuts
+}
+
+// A claim whose statement committed but whose answer was lost is still
+// the claimant's: it delivers the job as attempt 1. Before, the job was
+// found IN_PROGRESS under a live claim, came back only after the lease,
+// and the takeover recorded a TIMEOUT for an attempt never made (a job
+// with one try ended ERROR without a request).
+func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCutProxy(t, u.Host)
+	u.Host = proxy.addr
+	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+
+	j := createJob(t, direct, func(j *dispatch.Job) { j.MaxRetries = 1 })
+	proxy.armed(true)
+	t0 := now()
+	c, err := st.ClaimJob(t.Context(), j.ID, t0, lease)
+	if cuts := proxy.armed(false); cuts != 1 {
+		t.Fatalf("the proxy cut %d answers, want 1 (the claim's)", cuts)
+	}
+	if err != nil {
+		t.Fatalf("ClaimJob with its answer lost: %v; want the claim it made", err)
+	}
+	if c.State != dispatch.Claimed || c.Job.AttemptCount != 1 || c.Job.Status != dispatch.StatusInProgress {
+		t.Fatalf("claim %v, job %s attempt %d; want claimed, IN_PROGRESS attempt 1", c.State, c.Job.Status, c.Job.AttemptCount)
+	}
+	// Another processor still finds it busy: the claim is one, not two.
+	if other, err := direct.ClaimJob(t.Context(), j.ID, t0.Add(time.Second), lease); err != nil || other.State != dispatch.ClaimBusy {
+		t.Fatalf("another processor's claim = %v, %v; want busy", other.State, err)
+	}
+	as, err := direct.ListAttempts(t.Context(), j.ID)
+	if err != nil || len(as) != 0 {
+		t.Fatalf("attempts %v, %v; want none recorded yet", as, err)
+	}
+}
+
+// A claim whose answer cannot be read at all (the database is gone) is an
+// error, as before: the router asks again.
+func TestAClaimOnAClosedPoolIsAnError(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	j := createJob(t, st)
+	pool.Close()
+	if _, err := st.ClaimJob(t.Context(), j.ID, now(), lease); err == nil {
+		t.Fatalf("ClaimJob on a closed pool = %v; want an error", err)
+	}
+}
