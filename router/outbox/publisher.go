@@ -657,7 +657,7 @@ func (p *Publisher) sendTo(ctx context.Context, q *queue.Queue, due []dispatch.U
 				entries[i].Attributes = tracing.Carrier(u.TraceContext)
 			}
 		}
-		ok, err := q.SendBatch(ctx, entries)
+		ok, err := sendBatch(ctx, q, entries)
 		if len(ok) > 0 && len(p.unconfirmed) == 0 {
 			p.firstSent = time.Now()
 		}
@@ -671,6 +671,39 @@ func (p *Publisher) sendTo(ctx context.Context, q *queue.Queue, due []dispatch.U
 		}
 	}
 	return sent, nil
+}
+
+// sendBatch sends entries, and sends again, twice at most and a moment
+// apart, those SQS failed on its side (an internal error it asks clients to
+// retry): failed for good, they would hold their queue in its backoff, and
+// every pointer of it with them. It returns the indexes sent, and the
+// error of those that were not.
+func sendBatch(ctx context.Context, q *queue.Queue, entries []queue.Entry) ([]int, error) {
+	ok, err := q.SendBatch(ctx, entries)
+	for try := 1; try <= 2; try++ {
+		var se *queue.SendError
+		if !errors.As(err, &se) || len(se.Retry) == 0 || len(se.Retry) < se.Failed {
+			break // sent, or some failed for good: the queue backs off
+		}
+		sleepCtx(ctx, time.Duration(try)*100*time.Millisecond)
+		idx := se.Retry
+		again := make([]queue.Entry, len(idx))
+		for i, at := range idx {
+			again[i] = entries[at]
+		}
+		var sent []int
+		sent, err = q.SendBatch(ctx, again)
+		for _, i := range sent {
+			ok = append(ok, idx[i])
+		}
+		if errors.As(err, &se) {
+			for i, at := range se.Retry {
+				se.Retry[i] = idx[at]
+			}
+		}
+	}
+	slices.Sort(ok) // in the order given: sendTo records them so
+	return ok, err
 }
 
 // pointer is the message pointer of u.

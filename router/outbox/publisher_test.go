@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -166,6 +167,106 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 	p.Hand(handed(late, 4), 0)
 	if got := store.ids(late); fmt.Sprint(got) != "[4]" {
 		t.Errorf("a hand-off after the stop: unmarked %v, want [4]", got)
+	}
+}
+
+// A pointer SQS failed on its side (an entry of SendMessageBatch answered
+// InternalError, SenderFault false) is sent again at once: it reaches the
+// queue, and hand-offs go on. Before, the one failure put the queue in a
+// backoff of 5 s and more, with every pointer of it, and stopped
+// hand-offs.
+func TestAPointerSQSFailedOnItsSideIsSentAgain(t *testing.T) {
+	sq := sqstest.New(t, 30*time.Second)
+	target, err := url.Parse(sq.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var (
+		mu     sync.Mutex
+		failed int // entries answered as failed on SQS's side
+	)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fail := failed == 0 && r.Header.Get("X-Amz-Target") == "AmazonSQS.SendMessageBatch"
+		if fail {
+			failed++
+		}
+		mu.Unlock()
+		if !fail {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		// The first batch: SQS "fails" its first entry, and takes the rest.
+		var in map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			t.Error(err)
+			return
+		}
+		entries := in["Entries"].([]any)
+		first := entries[0].(map[string]any)["Id"]
+		in["Entries"] = entries[1:]
+		var out struct {
+			Successful []any            `json:"Successful"`
+			Failed     []map[string]any `json:"Failed"`
+		}
+		if len(entries) > 1 {
+			body, _ := json.Marshal(in)
+			req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, sq.Endpoint, bytes.NewReader(body))
+			req.Header = r.Header.Clone()
+			req.Header.Del("Authorization") // signed over the old body; the stand-in does not check it
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		out.Failed = append(out.Failed, map[string]any{"Id": first, "SenderFault": false, "Code": "InternalError", "Message": "try again"})
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	defer proxy.Close()
+	cfg := sq.Config()
+	cfg.Endpoint = proxy.URL
+	q, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &fakeOutbox{}
+	p, _ := startPublisher(t, q, store)
+	mark := time.Now().Truncate(time.Microsecond)
+	p.Hand(handed(mark, 21, 22), 0)
+	rq := sq.Open(t)
+	got := map[string]bool{}
+	eventually(t, 3*time.Second, func() bool {
+		msgs, err := rq.Receive(context.Background(), 10, 0, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			var ptr dispatch.Pointer
+			_ = json.Unmarshal([]byte(m.Body), &ptr)
+			got[ptr.ID] = true
+			_ = rq.DeleteBatch(context.Background(), []string{m.Receipt})
+		}
+		return got["21"] && got["22"]
+	}, "both pointers on the queue, the one SQS failed on its side sent again")
+	mu.Lock()
+	n := failed
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the proxy failed %d entries, want 1", n)
+	}
+	if !p.Accepting() {
+		t.Error("hand-offs stopped after a failure SQS asks clients to retry")
+	}
+	if ids := store.ids(mark); len(ids) != 0 {
+		t.Errorf("pointers %v given back to the outbox, want none", ids)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -369,10 +370,31 @@ func (q *Queue) SendBatch(ctx context.Context, entries []Entry) ([]int, error) {
 	}
 	if len(out.Failed) > 0 {
 		f := out.Failed[0]
-		return ok, fmt.Errorf("queue: %d of %d messages not sent: %s %s", len(out.Failed), len(entries),
-			aws.ToString(f.Code), aws.ToString(f.Message))
+		se := &SendError{Failed: len(out.Failed), Of: len(entries), Message: aws.ToString(f.Code) + " " + aws.ToString(f.Message)}
+		for _, f := range out.Failed {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && !f.SenderFault {
+				se.Retry = append(se.Retry, i)
+			}
+		}
+		slices.Sort(se.Retry)
+		return ok, se
 	}
 	return ok, nil
+}
+
+// SendError is a SendBatch whose entries SQS did not all take.
+type SendError struct {
+	// Retry are the indexes of the entries SQS failed on its side (an
+	// internal error, not the sender's fault), in order: worth sending
+	// again at once.
+	Retry   []int
+	Failed  int    // entries not sent
+	Of      int    // entries in the batch
+	Message string // the first failure's code and message
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("queue: %d of %d messages not sent: %s", e.Failed, e.Of, e.Message)
 }
 
 // Message is one received message.
