@@ -96,12 +96,21 @@ func Example_receiver() {
 	const secret = "my-webhook-secret"
 	v := webhook.Verifier{Secrets: []string{secret}}
 	seen := map[string]bool{} // a real receiver keeps this with its data
+	// The ReplayKey of each request accepted in the last 10 minutes (twice
+	// the tolerance): a captured request sent again with another job id.
+	recent := map[string]bool{}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		payload, err := v.VerifyRequest(r)
 		if err != nil {
 			http.Error(w, "invalid signature", http.StatusUnauthorized)
 			return
 		}
+		key := webhook.ReplayKey(r.Header, payload)
+		if recent[key] {
+			http.Error(w, "request seen before", http.StatusTooEarly) // retried, with a new timestamp
+			return
+		}
+		recent[key] = true
 		id := r.Header.Get(webhook.HeaderJobID)
 		if seen[id] {
 			fmt.Printf("job %s attempt %s: already done\n", id, r.Header.Get(webhook.HeaderAttempt))
@@ -115,7 +124,8 @@ func Example_receiver() {
 	payload := []byte(`{"orderId":"12345"}`)
 	for attempt := 1; attempt <= 2; attempt++ {
 		r := httptest.NewRequest(http.MethodPost, "/webhooks", strings.NewReader(string(payload)))
-		if err := webhook.Sign(r.Header, webhook.Signing{Secret: secret, Timestamp: time.Now()}, payload); err != nil {
+		stamp := time.Now().Add(time.Duration(attempt-2) * time.Second) // each attempt is signed anew
+		if err := webhook.Sign(r.Header, webhook.Signing{Secret: secret, Timestamp: stamp}, payload); err != nil {
 			fmt.Println(err)
 			return
 		}

@@ -26,7 +26,8 @@
 // holds (two during a rotation). Delivery is at least once: a job keeps its
 // id in [HeaderJobID] (and, with STANDARD_WEBHOOKS, in webhook-id) across
 // retries and redeliveries, so deduplicate on it, and answer 2xx once the
-// delivery is stored. A timeout, a connection error, 408, 425, 429 or 5xx
+// delivery is stored. With FLOWCATALYST that id is not signed: refuse a
+// request whose [ReplayKey] you accepted within the tolerance, too. A timeout, a connection error, 408, 425, 429 or 5xx
 // is retried with backoff (Retry-After is honoured); a redirect or another
 // 4xx ends the job as failed. docs/receivers.md has the whole contract.
 package webhook
@@ -333,6 +334,28 @@ func (v Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 		return nil, err
 	}
 	return payload, nil
+}
+
+// ReplayKey identifies a signed request by what its signature covers, for
+// a receiver to refuse the same request sent again within the tolerance.
+// Call it on a request that verified, with its payload.
+//
+// With FLOWCATALYST the signature covers the timestamp and the body only:
+// [HeaderJobID] is not signed, so a captured request re-sent with another
+// job id passes both the signature and deduplication by job id. Its key is
+// the timestamp and the body's SHA-256: keep the keys of the requests
+// accepted in the last twice [Verifier.Tolerance] and answer one seen
+// again with 425 Too Early. Two different jobs signed in the same
+// millisecond with identical bodies share a key too; 425 is retried, and
+// the retry carries a new timestamp, so the second is delivered a moment
+// later rather than lost. With STANDARD_WEBHOOKS the id is signed (the key
+// is the id and the timestamp), and deduplicating on the id is enough.
+func ReplayKey(h http.Header, payload []byte) string {
+	if id := h.Get(HeaderWebhookID); h.Get(HeaderWebhookSignature) != "" {
+		return "v1:" + id + ":" + h.Get(HeaderWebhookTimestamp)
+	}
+	sum := sha256.Sum256(payload)
+	return "fc:" + h.Get(HeaderTimestamp) + ":" + hex.EncodeToString(sum[:])
 }
 
 type readCloser struct {

@@ -621,3 +621,51 @@ func wrapsSentinel(err error) bool {
 	}
 	return false
 }
+
+// A FLOWCATALYST request captured and sent again within the tolerance with
+// another job id still verifies (the id is not signed), and webhook.ReplayKey is
+// what tells it from a new delivery: the same for the copy, whatever its
+// job id or the order of its signatures, and different for the next
+// attempt (a new timestamp) or another body.
+func TestReplayKeyIsWhatTheSignatureCovers(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	v := webhook.Verifier{Secrets: []string{"new-secret", "old-secret"}, Now: func() time.Time { return at }}
+	payload := []byte(`{"orderId":"12345"}`)
+	signed := func(stamp time.Time, body []byte) http.Header {
+		h := http.Header{}
+		if err := webhook.Sign(h, webhook.Signing{Secret: "new-secret", Previous: []string{"old-secret"}, Timestamp: stamp}, body); err != nil {
+			t.Fatal(err)
+		}
+		h.Set(webhook.HeaderJobID, "2124332685659275264")
+		return h
+	}
+	orig := signed(at, payload)
+	copied := orig.Clone()
+	copied.Set(webhook.HeaderJobID, "2124332685659275999")
+	copied.Set(webhook.HeaderSignature, orig.Get(webhook.HeaderSignaturePrevious)) // the old secret's signature in front
+	copied.Set(webhook.HeaderSignaturePrevious, orig.Get(webhook.HeaderSignature))
+	if err := v.Verify(copied, payload); err != nil {
+		t.Fatalf("the copy with another job id does not verify (%v): this test no longer shows the replay", err)
+	}
+	key := webhook.ReplayKey(orig, payload)
+	if got := webhook.ReplayKey(copied, payload); got != key {
+		t.Errorf("copy's key %q, want the original's %q", got, key)
+	}
+	if got := webhook.ReplayKey(signed(at.Add(time.Millisecond), payload), payload); got == key {
+		t.Error("the next attempt (a new timestamp) has the first one's key")
+	}
+	other := []byte(`{"orderId":"12346"}`)
+	if got := webhook.ReplayKey(signed(at, other), other); got == key {
+		t.Error("another body has the same key")
+	}
+
+	std := http.Header{}
+	if err := webhook.Sign(std, webhook.Signing{Scheme: webhook.SchemeStandardWebhooks, Secret: "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
+		ID: "2124332685659275264", Timestamp: at}, payload); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := webhook.ReplayKey(std, payload), "v1:2124332685659275264:"+std.Get(webhook.HeaderWebhookTimestamp); got != want {
+		t.Errorf("STANDARD_WEBHOOKS key %q, want %q", got, want)
+	}
+}
