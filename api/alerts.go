@@ -27,9 +27,10 @@ func viewAlertDestination(d dispatch.AlertDestination) alertDestinationView {
 }
 
 func (s *Server) createAlertDestination(c *gin.Context) {
-	d, err := decode.AlertDestination(body(c), s.cfg.JobRules)
+	b := body(c)
+	d, err := decode.AlertDestination(b, s.cfg.JobRules)
 	if err != nil {
-		s.writeError(c, err)
+		s.writeError(c, s.withMissingCredentials(c.Request.Context(), err, decode.CredentialsID(b)))
 		return
 	}
 	if err := s.store.CreateAlertDestination(c.Request.Context(), d); err != nil {

@@ -20,9 +20,10 @@ type Verifier interface {
 }
 
 func (s *Server) createSubscription(c *gin.Context) {
-	sub, verify, err := decode.Subscription(body(c), s.cfg.JobRules)
+	b := body(c)
+	sub, verify, err := decode.Subscription(b, s.cfg.JobRules)
 	if err != nil {
-		s.writeError(c, err)
+		s.writeError(c, s.withMissingCredentials(c.Request.Context(), err, decode.CredentialsID(b)))
 		return
 	}
 	out, err := s.store.CreateSubscription(c.Request.Context(), sub)
@@ -132,7 +133,16 @@ func (s *Server) subscriptionAction(act func(ctx context.Context, c *gin.Context
 func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64) (dispatch.Subscription, error) {
 	b := body(c)
 	return s.store.UpdateSubscription(ctx, id, func(sub *dispatch.Subscription) error {
-		return decode.PatchSubscription(b, s.cfg.JobRules, sub)
+		err := decode.PatchSubscription(b, s.cfg.JobRules, sub)
+		if err == nil {
+			return nil
+		}
+		// Only changed credentials are looked up, as the store does for a
+		// patch that passes.
+		if creds := decode.CredentialsID(b); creds != sub.CredentialsID {
+			err = s.withMissingCredentials(ctx, err, creds)
+		}
+		return err
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -30,16 +31,17 @@ const (
 )
 
 func (s *Server) createJob(c *gin.Context) {
-	j, err := decode.CreateJob(body(c), s.cfg.JobRules, s.now())
+	b := body(c)
+	j, err := decode.CreateJob(b, s.cfg.JobRules, s.now())
 	if err != nil {
-		s.refuseCreate(c, err)
+		s.refuseCreate(c, err, decode.CredentialsID(b))
 		return
 	}
 	span := s.startCreate(c.Request.Context(), j)
 	out, created, err := s.store.CreateJob(c.Request.Context(), j)
 	endCreate(span, out, created, err)
 	if err != nil {
-		s.refuseCreate(c, err)
+		s.refuseCreate(c, err, 0) // the store has checked the credentials
 		return
 	}
 	if !created {
@@ -54,7 +56,9 @@ func (s *Server) createJob(c *gin.Context) {
 // idempotency key is held by a job already: a retry of a create that was
 // stored may no longer pass (its expiresAt has passed, its credentials were
 // deleted), and is answered as any repeat of the key is, 200 with that job.
-func (s *Server) refuseCreate(c *gin.Context, err error) {
+// Otherwise the answer names too the body's credentials (creds) when they
+// do not exist (withMissingCredentials).
+func (s *Server) refuseCreate(c *gin.Context, err error, creds int64) {
 	if code := dispatch.ErrorCode(err); code == dispatch.EInvalid || code == dispatch.EUnprocessable {
 		if key := decode.IdempotencyKey(body(c)); key != "" {
 			if j, ok, kerr := s.store.JobByKey(c.Request.Context(), key); kerr == nil && ok {
@@ -63,7 +67,28 @@ func (s *Server) refuseCreate(c *gin.Context, err error) {
 			}
 		}
 	}
-	s.writeError(c, err)
+	s.writeError(c, s.withMissingCredentials(c.Request.Context(), err, creds))
+}
+
+// withMissingCredentials adds to err, the problems of a body refused before
+// the store saw it, that the credentials creds it names do not exist (0:
+// it names none, or none that parses). The store checks the credentials
+// only of a body that passes: without this, a body with another bad field
+// too was refused twice, credentialsId named only the second time. Any
+// other error, credentials that exist or cannot be read now, and problems
+// past dispatch.MaxDetails (no more are listed) leave err as it is.
+func (s *Server) withMissingCredentials(ctx context.Context, err error, creds int64) error {
+	var de *dispatch.Error
+	if creds == 0 || !errors.As(err, &de) || de.Code != dispatch.EInvalid || len(de.Details) >= dispatch.MaxDetails {
+		return err
+	}
+	if _, gerr := s.store.GetCredentials(ctx, creds); dispatch.ErrorCode(gerr) != dispatch.ENotFound {
+		return err
+	}
+	all := *de
+	all.Details = append(slices.Clone(de.Details), dispatch.FieldError{Field: "credentialsId",
+		Message: fmt.Sprintf("credentials %d do not exist", creds)})
+	return &all
 }
 
 // withItemProblems adds to a batch's refusal (credentials that do not
@@ -101,12 +126,19 @@ func (s *Server) createJobs(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	var creds []int64 // each item's credentials, read again once one is refused
 	results := make([]batchResult, len(jobs))
 	valid := 0
 	for i := range jobs {
 		results[i].Index = i
 		if errs[i] != nil {
 			jobs[i] = nil // the store skips it and keeps the others' indices
+			if creds == nil {
+				creds = decode.ItemCredentialsIDs(body(c))
+			}
+			if i < len(creds) {
+				errs[i] = s.withMissingCredentials(c.Request.Context(), errs[i], creds[i])
+			}
 			de := errs[i].(*dispatch.Error)
 			results[i].Status = http.StatusBadRequest
 			results[i].Error = &errorDetail{Code: de.Code, Message: de.Message, Details: de.Details}
@@ -371,7 +403,8 @@ func (s *Server) pathID(c *gin.Context) (int64, bool) {
 	return id, ok
 }
 
-// parsePaging reads page and size alone (no filters allowed).
+// parsePaging reads page and size alone (no filters allowed), and names
+// every bad parameter: unknown ones with those of page and size.
 func parsePaging(q url.Values) (dispatch.JobFilter, int, int, error) {
 	var p dispatch.Problems
 	for key := range q {
@@ -380,8 +413,9 @@ func parsePaging(q url.Values) (dispatch.JobFilter, int, int, error) {
 		}
 	}
 	f, page, size, err := parseSearch(url.Values{"page": q["page"], "size": q["size"]}, "page", "size")
-	if err != nil {
-		return f, page, size, err
+	var de *dispatch.Error
+	if errors.As(err, &de) { // page's and size's problems (parseSearch returns no other error)
+		p = append(slices.Clone(dispatch.Problems(de.Details)), p...)
 	}
 	return f, page, size, p.Err()
 }

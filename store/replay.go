@@ -46,7 +46,9 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, id int64) (dispatch.Job, 
 }
 
 // replayOf is the new job that replays orig, once its credentials are
-// checked against its target.
+// checked against its target. Credentials deleted, or that may not be sent
+// to its target, are EUnprocessable: the request named no credentials, the
+// job did.
 func (s *Store) replayOf(ctx context.Context, orig dispatch.Job) (*dispatch.Job, error) {
 	if !orig.Status.Terminal() {
 		return nil, dispatch.Errorf(dispatch.EConflict, "job %d is %s; only finished jobs can be replayed", orig.ID, orig.Status)
@@ -57,9 +59,24 @@ func (s *Store) replayOf(ctx context.Context, orig dispatch.Job) (*dispatch.Job,
 		n.ExpiresAt = nil // an expired job's replay is meant to be delivered
 	}
 	if err := s.checkCredentials(ctx, n.CredentialsID, n.TargetURL); err != nil {
+		var de *dispatch.Error
+		switch {
+		case !errors.As(err, &de):
+			return nil, err
+		case de.Code == dispatch.EInvalid: // the one problem checkCredentials names: they do not exist
+			return nil, credentialsDeleted(orig.ID, n.CredentialsID)
+		case de.Code == dispatch.EUnprocessable:
+			return nil, dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", orig.ID, de.Message)
+		}
 		return nil, err
 	}
 	return &n, nil
+}
+
+// credentialsDeleted is why job id cannot be replayed: its credentials
+// creds were deleted.
+func credentialsDeleted(id, creds int64) error {
+	return dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials %d were deleted", id, creds)
 }
 
 // redriveBytes bounds the payloads one redrive replays (and answers with):
@@ -105,8 +122,7 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 			return err
 		}
 		for _, o := range orphans {
-			out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: o.id,
-				Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: its credentials %d were deleted", o.id, o.creds)})
+			out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: o.id, Err: credentialsDeleted(o.id, o.creds)})
 		}
 		rows, err = tx.Query(ctx, `SELECT id FROM dispatch_job`+where+` AND NOT (`+credsGone+`)`+
 			fmt.Sprintf(` ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`, limit), args...)
@@ -187,16 +203,11 @@ func (s *Store) ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int)
 		var replays []*dispatch.Job
 		for _, orig := range origs {
 			n, err := s.replayOf(ctx, orig)
-			if de := (*dispatch.Error)(nil); errors.As(err, &de) && (de.Code == dispatch.EInvalid || de.Code == dispatch.EUnprocessable) {
+			if dispatch.ErrorCode(err) == dispatch.EUnprocessable {
 				// Its credentials went away since the query above, or may
 				// no longer be sent to its target (their allowedTargets):
 				// reported, and the rest goes on.
-				reason := de.Message
-				if de.Code == dispatch.EInvalid {
-					reason = "its credentials no longer exist"
-				}
-				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: orig.ID,
-					Err: dispatch.Errorf(dispatch.EUnprocessable, "job %d cannot be replayed: %s", orig.ID, reason)})
+				out.Failed = append(out.Failed, dispatch.ReplayFailure{JobID: orig.ID, Err: err})
 				continue
 			}
 			if err != nil {

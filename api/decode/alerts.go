@@ -23,7 +23,7 @@ func AlertDestination(body []byte, rules dispatch.JobRules) (*dispatch.AlertDest
 		rules.CheckTarget(&p, "url", dest.URL)
 	}
 	if d.present("credentialsId") {
-		if id, ok := d.id("credentialsId"); ok {
+		if id, ok := credentialsID(d.fields); ok {
 			dest.CredentialsID = id
 		} else {
 			p.Add("credentialsId", "must be a credentials id")

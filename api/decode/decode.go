@@ -269,27 +269,6 @@ func (d fieldDecoder) time(name string) *time.Time {
 	return &t
 }
 
-// id reads a positive id given as a number or a string.
-func (d fieldDecoder) id(name string) (int64, bool) {
-	dec := json.NewDecoder(bytes.NewReader(d.fields[name]))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return 0, false
-	}
-	var s string
-	switch x := v.(type) {
-	case string:
-		s = x
-	case json.Number:
-		s = x.String()
-	default:
-		return 0, false
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	return id, err == nil && id > 0
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -122,7 +122,7 @@ func applySubscriptionFields(d fieldDecoder, sub *dispatch.Subscription, rules d
 		dispatch.CheckHeaders(d.p, sub.Headers)
 	}
 	if d.present("credentialsId") {
-		if id, ok := d.id("credentialsId"); ok {
+		if id, ok := credentialsID(d.fields); ok {
 			sub.CredentialsID = id
 		} else {
 			d.p.Add("credentialsId", "must be a credentials id")

@@ -47,6 +47,57 @@ func IdempotencyKey(body []byte) string {
 	return k
 }
 
+// CredentialsID is the credentialsId of a create's body (a job's, a
+// subscription's, an alert destination's, or a subscription's patch), or 0
+// when the body is not an object or holds no credentials id: what a body
+// refused for its other fields looks up, so that its answer names
+// credentials that do not exist as well (the store checks them only of a
+// body that passes).
+func CredentialsID(body []byte) int64 {
+	fields, _ := decodeObject(body)
+	id, _ := credentialsID(fields)
+	return id
+}
+
+// ItemCredentialsIDs is CredentialsID of each item of a batch body
+// {"jobs":[...]}, in order, or nil when the body is not one.
+func ItemCredentialsIDs(body []byte) []int64 {
+	fields, _ := decodeObject(body)
+	if fields["jobs"] == nil {
+		return nil
+	}
+	items, ok := splitArray(fields["jobs"])
+	if !ok {
+		return nil
+	}
+	ids := make([]int64, len(items))
+	f := make(map[string]json.RawMessage, objectHint) // each item's fields in turn
+	for i, item := range items {
+		if _, ok := decodeInto(f, item); ok {
+			ids[i], _ = credentialsID(f)
+		}
+	}
+	return ids
+}
+
+// credentialsID reads fields' credentialsId, a string or a number (parsed
+// as written); ok is false when it is absent or not a positive id.
+func credentialsID(fields map[string]json.RawMessage) (id int64, ok bool) {
+	raw := fields["credentialsId"]
+	if raw == nil {
+		return 0, false
+	}
+	n, ok := unquote(raw)
+	if !ok {
+		n = string(raw)
+	}
+	id, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
+}
+
 // CreateJobs decodes a batch body {"jobs":[...]} into per-item results:
 // jobs[i] is set when items[i] is valid, errs[i] otherwise.
 func CreateJobs(body []byte, rules dispatch.JobRules, now time.Time, maxItems int) ([]*dispatch.Job, []error, error) {
@@ -135,16 +186,10 @@ func jobFromFields(fields map[string]json.RawMessage, p dispatch.Problems, rules
 	j.Metadata = d.stringMap("metadata")
 	dispatch.CheckMetadata(&p, j.Metadata)
 	if d.present("credentialsId") {
-		// A string or a number: a number is parsed as written.
-		n, ok := unquote(fields["credentialsId"])
-		if !ok {
-			n = string(fields["credentialsId"])
-		}
-		id, err := strconv.ParseInt(n, 10, 64)
-		if err != nil || id <= 0 {
-			p.Add("credentialsId", "must be a credentials id")
-		} else {
+		if id, ok := credentialsID(fields); ok {
 			j.CredentialsID = id
+		} else {
+			p.Add("credentialsId", "must be a credentials id")
 		}
 	}
 	if d.present("maxRetries") {
