@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
 )
 
@@ -297,28 +298,31 @@ func LoadFor(command string, getenv func(string) string) (Config, error) {
 		r.fail("DISPATCH_RETRY_BASE", "must be positive and not above DISPATCH_RETRY_MAX")
 	}
 	if c.DeliveryTimeout <= 0 || c.DeliveryTimeout > 15*time.Minute {
-		r.fail("DISPATCH_DELIVERY_TIMEOUT", "must be between 1ms and 15m")
+		r.fail("DISPATCH_DELIVERY_TIMEOUT", "must be between 1ms and 15m (got %v)", c.DeliveryTimeout)
 	}
 	if c.ReceiveWait < time.Second || c.ReceiveWait > 20*time.Second {
-		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 1s and 20s (the SQS long-poll limit)")
+		r.fail("DISPATCH_RECEIVE_WAIT", "must be between 1s and 20s, the SQS long-poll limit (got %v)", c.ReceiveWait)
 	}
 	if c.SQSTimeout < 100*time.Millisecond || c.SQSTimeout > 5*time.Minute {
-		r.fail("DISPATCH_SQS_TIMEOUT", "must be between 100ms and 5m")
+		r.fail("DISPATCH_SQS_TIMEOUT", "must be between 100ms and 5m (got %v)", c.SQSTimeout)
 	}
 	if c.HTTPReadTimeout < time.Second || c.HTTPReadTimeout > 10*time.Minute {
-		r.fail("DISPATCH_HTTP_READ_TIMEOUT", "must be between 1s and 10m (the longest a client may take to send one request)")
+		r.fail("DISPATCH_HTTP_READ_TIMEOUT", "must be between 1s and 10m, the longest a client may take to send one request (got %v)", c.HTTPReadTimeout)
 	}
 	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > time.Hour {
-		r.fail("DISPATCH_HTTP_IDLE_TIMEOUT", "must be between 1s and 1h")
+		r.fail("DISPATCH_HTTP_IDLE_TIMEOUT", "must be between 1s and 1h (got %v)", c.HTTPIdleTimeout)
 	}
 	if c.PartitionInterval < time.Minute || c.PartitionInterval > 31*24*time.Hour {
-		r.fail("DISPATCH_PARTITION_INTERVAL", "must be between 1m and 744h (31 days)")
+		r.fail("DISPATCH_PARTITION_INTERVAL", "must be between 1m and 744h, 31 days (got %v)", c.PartitionInterval)
 	}
 	if c.Retention != 0 && (c.Retention < time.Minute || c.Retention > 100*365*24*time.Hour) {
-		r.fail("DISPATCH_RETENTION", "must be 0 (keep everything) or at least 1m")
+		r.fail("DISPATCH_RETENTION", "must be 0 (keep everything) or between 1m and 876000h, 100 years (got %v)", c.Retention)
+	}
+	if c.RotationGrace > 720*time.Hour {
+		r.fail("DISPATCH_ROTATION_GRACE", "must be between 0s and 720h, the longest grace period a rotation may ask for (got %v)", c.RotationGrace)
 	}
 	if c.RequeueAfter < time.Second {
-		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s (and longer than the deepest expected backlog)")
+		r.fail("DISPATCH_REQUEUE_AFTER", "must be at least 1s, and longer than the deepest expected backlog (got %v)", c.RequeueAfter)
 	}
 	if !c.Insecure {
 		reads := func(name string) bool {
@@ -352,6 +356,22 @@ func LoadFor(command string, getenv func(string) string) (Config, error) {
 		}
 	}
 	r.crossCheck(&c)
+	if (command == "all" || command == "config") && !r.bad["DISPATCH_HTTP_ADDR"] && !r.bad["DISPATCH_ROUTER_ADDR"] && sameListener(c.HTTPAddr, c.RouterAddr) {
+		r.fail("DISPATCH_ROUTER_ADDR", "must not take DISPATCH_HTTP_ADDR's port: `all` listens on both (got %q and %q)", c.RouterAddr, c.HTTPAddr)
+	}
+	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+		// Never the parser's own words, nor a url.Error's: they quote the
+		// URL, password and all. The error under them names only the part
+		// at fault (a port, an option, a certificate file).
+		detail := ""
+		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+			if _, quotes := inner.(*url.Error); !quotes {
+				detail = ": " + inner.Error()
+				break
+			}
+		}
+		r.fail("DATABASE_URL", "is not a PostgreSQL connection string such as postgres://user:password@host:5432/dispatch%s", detail)
+	}
 	if err := errors.Join(r.errs...); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -363,7 +383,7 @@ func LoadFor(command string, getenv func(string) string) (Config, error) {
 func (r *reader) crossCheck(c *Config) {
 	if r.str("DISPATCH_SHUTDOWN_TIMEOUT", "") == "" {
 		c.ShutdownTimeout = max(DefaultShutdownTimeout, c.DeliveryTimeout+DefaultShutdownMargin)
-	} else if c.ShutdownTimeout < c.DeliveryTimeout+MinShutdownMargin {
+	} else if !r.bad["DISPATCH_SHUTDOWN_TIMEOUT"] && !r.bad["DISPATCH_DELIVERY_TIMEOUT"] && c.ShutdownTimeout < c.DeliveryTimeout+MinShutdownMargin {
 		r.fail("DISPATCH_SHUTDOWN_TIMEOUT", "must be at least DISPATCH_DELIVERY_TIMEOUT + %v (%v): a graceful stop must let a delivery in progress finish and be recorded (got %v)",
 			MinShutdownMargin, c.DeliveryTimeout+MinShutdownMargin, c.ShutdownTimeout)
 	}
@@ -384,10 +404,15 @@ func (r *reader) crossCheck(c *Config) {
 type reader struct {
 	getenv func(string) string
 	errs   []error
+	bad    map[string]bool // the settings that failed
 }
 
 func (r *reader) fail(name, format string, args ...any) {
 	r.errs = append(r.errs, fmt.Errorf("  %s %s", name, fmt.Sprintf(format, args...)))
+	if r.bad == nil {
+		r.bad = map[string]bool{}
+	}
+	r.bad[name] = true
 }
 
 func (r *reader) str(name, def string) string {
@@ -399,10 +424,24 @@ func (r *reader) str(name, def string) string {
 
 func (r *reader) addr(name, def string) string {
 	v := r.str(name, def)
-	if _, _, err := net.SplitHostPort(v); err != nil {
-		r.fail(name, "must be host:port, such as :8080 (got %q)", v)
+	_, port, err := net.SplitHostPort(v)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		r.fail(name, "must be host:port with a port from 0 to 65535, such as :8080 (got %q)", v)
 	}
 	return v
+}
+
+// sameListener reports whether listening on a and b (both host:port)
+// would take the same port: the same port, not 0, on hosts that overlap
+// (one of them every address).
+func sameListener(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || every(ha) || every(hb)
 }
 
 func (r *reader) bool(name string, def bool) bool {

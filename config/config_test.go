@@ -231,6 +231,13 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"max fanout not a number", "DISPATCH_MAX_FANOUT", "many"},
 		{"max fanout bytes below 1 MiB", "DISPATCH_MAX_FANOUT_BYTES", "1000"},
 		{"max fanout bytes above 64 GiB", "DISPATCH_MAX_FANOUT_BYTES", "68719476737"},
+		{"port past 65535", "DISPATCH_HTTP_ADDR", ":99999"},
+		{"port a name", "DISPATCH_ROUTER_ADDR", "localhost:router"},
+		{"database URL with a bad port", "DATABASE_URL", "postgres://u@db:notaport/x"},
+		{"database URL with a bad sslmode", "DATABASE_URL", "postgres://u@db/x?sslmode=sometimes"},
+		{"shutdown timeout without a unit", "DISPATCH_SHUTDOWN_TIMEOUT", "45"}, // not also "below the delivery timeout"
+		{"retention past 100 years", "DISPATCH_RETENTION", "1000000h"},
+		{"rotation grace past 720h", "DISPATCH_ROTATION_GRACE", "721h"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -630,5 +637,42 @@ func TestLoadRejectsSettingsThatContradictEachOther(t *testing.T) {
 	// Without DISPATCH_SHUTDOWN_TIMEOUT the default follows a long delivery timeout.
 	if c := mustLoad(t, insecure(map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m"})); c.ShutdownTimeout < 2*time.Minute+5*time.Second {
 		t.Errorf("default shutdown timeout %v with a 2m delivery timeout: a graceful stop would cut a delivery off", c.ShutdownTimeout)
+	}
+}
+
+// A DATABASE_URL that does not parse is refused at start, without its
+// password: the parser's own errors quote the URL whole.
+func TestLoadRefusesABadDatabaseURLWithoutShowingItsPassword(t *testing.T) {
+	for _, u := range []string{
+		"postgres://dispatch:s3cret-pw@db:notaport/dispatch",
+		"postgres://dispatch:s3cret-pw%zz@db/dispatch",
+		"host=db password=s3cret-pw port=abc",
+	} {
+		msg := loadErr(t, secure(map[string]string{"DATABASE_URL": u}))
+		if !strings.Contains(msg, "DATABASE_URL") || strings.Contains(msg, "s3cret") {
+			t.Errorf("DATABASE_URL %q: error %q; want it named, its password not shown", u, msg)
+		}
+	}
+	mustLoad(t, secure(map[string]string{"DATABASE_URL": "postgres://dispatch:s3cret-pw@db:5432/dispatch?sslmode=require"}))
+}
+
+// dispatch all listens on DISPATCH_HTTP_ADDR and DISPATCH_ROUTER_ADDR: the
+// same port is refused at once, naming both, rather than failing to bind
+// as if another process held it.
+func TestLoadRefusesOnePortForBothListenersOfAll(t *testing.T) {
+	same := map[string]string{"DISPATCH_HTTP_ADDR": ":8081"}
+	msg := loadErr(t, secure(same))
+	if !strings.Contains(msg, "DISPATCH_ROUTER_ADDR") || !strings.Contains(msg, "DISPATCH_HTTP_ADDR") {
+		t.Errorf("error %q; want both listeners named", msg)
+	}
+	for _, pair := range [][2]string{{"127.0.0.1:8081", "0.0.0.0:8081"}, {"[::1]:9000", ":9000"}} {
+		loadErr(t, secure(map[string]string{"DISPATCH_HTTP_ADDR": pair[0], "DISPATCH_ROUTER_ADDR": pair[1]}))
+	}
+	for _, pair := range [][2]string{{"127.0.0.1:9000", "127.0.0.2:9000"}, {":0", ":0"}, {":8080", ":8081"}} {
+		mustLoad(t, secure(map[string]string{"DISPATCH_HTTP_ADDR": pair[0], "DISPATCH_ROUTER_ADDR": pair[1]}))
+	}
+	// An api alone does not listen on DISPATCH_ROUTER_ADDR.
+	if _, err := config.LoadFor("api", env(secure(same))); err != nil {
+		t.Errorf("dispatch api with DISPATCH_HTTP_ADDR=:8081: %v", err)
 	}
 }

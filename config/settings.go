@@ -131,7 +131,7 @@ var Settings = []Setting{
 		Doc:     "Keep it above the deepest backlog you expect: a live job this overdue has its pointer sent again.",
 		Default: dur(DefaultRequeueAfter), Commands: apiOnly,
 		Help: "how overdue a live job may go before its pointer is sent again"},
-	{Name: "DISPATCH_ROTATION_GRACE", Range: "a duration", Default: dur(DefaultRotationGrace), Commands: apiOnly,
+	{Name: "DISPATCH_ROTATION_GRACE", Range: "0s–720h", Default: dur(DefaultRotationGrace), Commands: apiOnly,
 		Help: "default grace period of a secret rotation"},
 	{Name: "DISPATCH_SUBSCRIPTION_DISABLE_AFTER", Range: "a duration; 0 turns it off", Default: dur(DefaultSubscriptionDisableAfter), Commands: apiOnly,
 		Help: "disable a subscription whose jobs all failed for this long (0: never)"},
@@ -221,6 +221,12 @@ func (s Setting) ReadBy(command string) bool {
 		}
 	}
 	return false
+}
+
+// Reads reports whether command reads the setting called name.
+func Reads(command, name string) bool {
+	s, ok := settingNamed(name)
+	return ok && s.ReadBy(command)
 }
 
 // settingNamed returns the setting called name.

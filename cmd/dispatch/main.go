@@ -19,6 +19,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first signal starts a graceful stop; a second one ends the
+		// process at once, as Go does by default.
+		<-ctx.Done()
+		stop()
+	}()
 	go procs.Adapt(ctx, os.Getenv)
 	if err := app.Run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)

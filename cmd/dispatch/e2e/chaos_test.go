@@ -529,6 +529,39 @@ func TestSIGTERMDuringLoadExitsCleanlyAndLosesNothing(t *testing.T) {
 	}
 }
 
+// A second SIGTERM (or Ctrl-C) ends the process at once, though its
+// graceful stop is still waiting for a delivery in progress. Before, every
+// signal after the first was swallowed until the shutdown timeout.
+func TestASecondSignalEndsAGracefulStopAtOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	q := sqstest.New(t, 30*time.Second)
+	// The receiver answers in 20 s, within the delivery timeout: a graceful
+	// stop waits for it.
+	rc, arrived := slowFirstReceiver(t, 20*time.Second)
+	p := spawn(t, "all", baseEnv(dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "30s", "DISPATCH_SHUTDOWN_TIMEOUT": "35s"}))
+	in := &instance{t: t, apiURL: p.apiURL, queue: q, dbURL: dbURL}
+	in.createJob(jobBody(rc.URL, nil))
+	waitClosed(t, arrived, 20*time.Second, "the delivery did not reach the receiver")
+	first := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(p.log.String(), "stopping: finishing the work in progress") },
+		func() string { return "no graceful stop begun:\n" + p.log.String() })
+	select {
+	case <-p.exited:
+		t.Fatal("the graceful stop did not wait for the delivery in progress; the test shows nothing")
+	default:
+	}
+	start := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		report(t, "second SIGTERM: exited %s after it, %s after the first", time.Since(start).Round(time.Millisecond), time.Since(first).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("still running 5 s after a second SIGTERM")
+	}
+}
+
 func TestScheduledJobWaitsForItsTime(t *testing.T) {
 	t.Parallel()
 	in := start(t, "all", nil)

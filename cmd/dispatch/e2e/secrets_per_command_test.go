@@ -30,6 +30,10 @@ func TestEachCommandRequiresOnlyTheSecretsItReads(t *testing.T) {
 
 	if out, code := runBinary(t, []string{"DATABASE_URL=" + dbURL}, "migrate"); code != 0 {
 		t.Errorf("migrate with the database URL alone: exit %d\n%s", code, out)
+	} else if strings.Contains(out, "DISPATCH_NODE_ID") {
+		// Only the API makes ids: a command that does not read the
+		// setting is not told to set it.
+		t.Errorf("migrate warns about DISPATCH_NODE_ID, which it does not read:\n%s", out)
 	}
 	out, code := runBinary(t, []string{"DATABASE_URL=" + dbURL, "DISPATCH_ADMIN_TOKEN=" + adminToken}, "router")
 	if code == 0 || !strings.Contains(out, "DISPATCH_INTERNAL_TOKEN is required") ||

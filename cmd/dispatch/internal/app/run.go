@@ -104,10 +104,12 @@ func Run(ctx context.Context, args []string, environ []string, stdout, stderr io
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	if cfg.NodeIDDerived && !cfg.Insecure {
+	switch {
+	case !config.Reads(cmd, "DISPATCH_NODE_ID"): // ids are made by the API alone
+	case cfg.NodeIDDerived && !cfg.Insecure:
 		log.Warn("DISPATCH_NODE_ID is not set; derived from host and pid. Set a distinct id (0-1023) per replica so ids never collide",
 			"node_id", cfg.NodeID)
-	} else {
+	default:
 		log.Info("snowflake node", "node_id", cfg.NodeID)
 	}
 	if cfg.Insecure {
@@ -576,6 +578,15 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	}
 	// SIGHUP reads the router configuration file again.
 	g.Go(func() error { a.onHangup(gctx, hup, reloadRouter, routing); return nil })
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			a.log.Info("stopping: finishing the work in progress; a second signal ends the process at once",
+				"timeout", a.cfg.ShutdownTimeout.String())
+		case <-gctx.Done():
+		}
+		return nil
+	})
 	err = g.Wait()
 	a.log.Info("stopped")
 	return err
