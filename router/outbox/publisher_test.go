@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -398,13 +399,22 @@ func TestAFullOutboxStillConfirmsAndTakesHandOffsAgain(t *testing.T) {
 	forward := httputil.NewSingleHostReverseProxy(target)
 	var (
 		mu   sync.Mutex
-		down = true // SQS answers every request 500 while down
+		down = true // SQS answers 500 to the hand-off's send while down
 	)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		mu.Lock()
 		d := down
 		mu.Unlock()
-		if d {
+		// Only the handed pointer's send fails: the outbox's keep going,
+		// so its queue is never in a backoff that would make the hand-off
+		// wait rather than fail.
+		if d && bytes.Contains(body, []byte(`\"id\":\"11\"`)) {
 			http.Error(w, `{"__type":"InternalError","message":"down"}`, http.StatusInternalServerError)
 			return
 		}
