@@ -15,7 +15,15 @@ export class APIError extends Error {
   }
 }
 
+// call sends one request and answers with the decoded response.
 export async function call(method, path, body) {
+  return (await request(method, path, body)).data;
+}
+
+// request sends one request and answers with the response both decoded
+// (data) and as sent (text): JSON.parse rounds big numbers, so a page that
+// shows data as written reads it from the text (dom.js rawJSON).
+async function request(method, path, body) {
   const headers = { Accept: 'application/json' };
   if (method !== 'GET') headers['X-CSRF-Token'] = csrf;
   const init = { method, headers, credentials: 'same-origin', cache: 'no-store' };
@@ -35,7 +43,7 @@ export async function call(method, path, body) {
     }
     throw new APIError(resp.status, data);
   }
-  return data;
+  return { data, text };
 }
 
 export async function session() {
@@ -65,6 +73,7 @@ export async function logout() {
 }
 
 export const get = (path) => call('GET', path);
+export const getWithText = (path) => request('GET', path);
 export const post = (path, body) => call('POST', path, body);
 export const patch = (path, body) => call('PATCH', path, body);
 export const del = (path) => call('DELETE', path);

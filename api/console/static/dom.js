@@ -99,11 +99,168 @@ export function toast(msg, kind = 'ok') {
   toastTimer = setTimeout(() => el.classList.remove('show'), 4000);
 }
 
-// prettyPayload shows JSON indented, anything else as it is (as text).
-export function prettyPayload(text) {
-  try {
-    return JSON.stringify(JSON.parse(text), null, 2);
-  } catch {
-    return text;
+// total is a list's count of matches as the API gives it: exact up to its
+// cap (10,000), past it "10,000+" (totalExact false).
+export function total(res) {
+  return res.totalItems.toLocaleString() + (res.totalExact === false ? '+' : '');
+}
+
+// pager says how many items match and which page this is, with Newer and
+// Older; go({ page, before }) opens another. at is where this page is
+// ({ page, before }). Past the count's cap Older stays on while pages come
+// back full, and a page past the cap is read by keyset (before=nextBefore,
+// as the API asks; the page numbers start again from it). name prefixes
+// the ids of the count and the buttons.
+export function pager(res, noun, at, go, name = noun) {
+  const { page, size, totalItems, totalPages, nextBefore } = res;
+  const exact = res.totalExact !== false;
+  const before = at.before || '';
+  const byPage = page + 1 < totalPages && (exact || (page + 2) * size <= totalItems);
+  const more = byPage || (!exact && !!nextBefore);
+  const nouns = exact && totalItems === 1 ? noun : noun + 's';
+  return h('div', { class: 'pager' },
+    h('span', { class: 'muted', id: name + '-count' }, `${total(res)} ${nouns}${before ? ` older than ${noun} ${before}` : ''}`,
+      ` · page ${totalPages ? page + 1 : 0} of ${totalPages}${exact ? '' : '+'}`),
+    before && page === 0
+      ? h('button', { class: 'btn', type: 'button', id: name + '-newer', onclick: () => go({ page: 0, before: '' }) }, '← Newest')
+      : h('button', { class: 'btn', type: 'button', id: name + '-newer', disabled: page <= 0, onclick: () => go({ page: page - 1, before }) }, '← Newer'),
+    h('button', { class: 'btn', type: 'button', id: name + '-older', disabled: !more,
+      onclick: () => go(byPage ? { page: page + 1, before } : { page: 0, before: nextBefore }) }, 'Older →'));
+}
+
+// JSON as written. JSON.parse turns every number into a double, so
+// 12345678901234567891 reads 12345678901234567000 and 1.50 reads 1.5: a
+// payload or an event's data is shown from its text instead. rawJSON reads
+// the text into a tree that knows where each value is written; a number,
+// true, false and null are shown exactly as written, a string as
+// JSON.stringify writes it (the same string: \u003c reads <).
+
+const jsonString = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
+const jsonLiteral = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null/y;
+
+// parseTree reads one JSON value of text and nothing else; it throws a
+// SyntaxError when text is not JSON.
+function parseTree(text) {
+  let i = 0;
+  const ws = () => { while (i < text.length && ' \t\n\r'.includes(text[i])) i++; };
+  const fail = () => { throw new SyntaxError('not JSON at ' + i); };
+  const token = (re) => {
+    re.lastIndex = i;
+    if (!re.test(text)) fail();
+    const node = { start: i, end: re.lastIndex };
+    i = re.lastIndex;
+    return node;
+  };
+  const value = () => {
+    ws();
+    const c = text[i];
+    if (c === '{' || c === '[') {
+      const obj = c === '{';
+      const node = obj ? { kind: 'object', members: [] } : { kind: 'array', items: [] };
+      i++;
+      ws();
+      if (text[i] === (obj ? '}' : ']')) { i++; return node; }
+      for (;;) {
+        if (obj) {
+          ws();
+          const k = token(jsonString);
+          ws();
+          if (text[i] !== ':') fail();
+          i++;
+          node.members.push([JSON.parse(text.slice(k.start, k.end)), value()]);
+        } else {
+          node.items.push(value());
+        }
+        ws();
+        if (text[i] === ',') { i++; continue; }
+        if (text[i] === (obj ? '}' : ']')) { i++; return node; }
+        fail();
+      }
+    }
+    if (c === '"') return { kind: 'string', ...token(jsonString) };
+    return { kind: 'literal', ...token(jsonLiteral) };
+  };
+  const root = value();
+  ws();
+  if (i !== text.length) fail();
+  return root;
+}
+
+// RawJSON is a JSON value with the text it was read from.
+class RawJSON {
+  constructor(text, node) { this.text = text; this.node = node; }
+
+  // at is the value at path (member names and array indexes), or null.
+  at(...path) {
+    let n = this.node;
+    for (const step of path) {
+      if (n.kind === 'object') {
+        const m = n.members.findLast(([k]) => k === step); // the last one, as JSON.parse keeps
+        n = m && m[1];
+      } else if (n.kind === 'array') {
+        n = n.items[step];
+      } else {
+        n = null;
+      }
+      if (!n) return null;
+    }
+    return new RawJSON(this.text, n);
   }
+
+  // pretty is the value indented by two spaces, as JSON.stringify(v, null, 2).
+  pretty() { return this.format(this.node, '\n', '  ', ': '); }
+
+  // compact is the value on one line, as JSON.stringify(v).
+  compact() { return this.format(this.node, '', '', ':'); }
+
+  format(n, nl, step, colon, indent = '') {
+    const inner = indent + step;
+    switch (n.kind) {
+      case 'string': return JSON.stringify(JSON.parse(this.text.slice(n.start, n.end)));
+      case 'literal': return this.text.slice(n.start, n.end);
+      case 'array': return n.items.length
+        ? '[' + nl + n.items.map((v) => inner + this.format(v, nl, step, colon, inner)).join(',' + nl) + nl + indent + ']'
+        : '[]';
+      default: return n.members.length
+        ? '{' + nl + n.members.map(([k, v]) => inner + JSON.stringify(k) + colon + this.format(v, nl, step, colon, inner)).join(',' + nl) + nl + indent + '}'
+        : '{}';
+    }
+  }
+}
+
+// rawJSON reads JSON text for showing as written, or is null when the
+// text is not JSON (or nests too deep to read).
+export function rawJSON(text) {
+  try {
+    return new RawJSON(text, parseTree(String(text)));
+  } catch {
+    return null;
+  }
+}
+
+// prettyPayload shows JSON indented, every number as written; anything
+// else as it is (as text).
+export function prettyPayload(text) {
+  const j = rawJSON(text);
+  return j ? j.pretty() : text;
+}
+
+// rerender replaces el's children with new ones (a refresh), keeping what
+// the reader did to the old ones: an element with data-keep that matches
+// one of the old by that key keeps its open state (a <details>) and its
+// scroll position.
+export function rerender(el, ...children) {
+  const kept = new Map();
+  for (const e of el.querySelectorAll('[data-keep]')) {
+    kept.set(e.dataset.keep, { open: e.open, top: e.scrollTop, left: e.scrollLeft });
+  }
+  clear(el, ...children);
+  for (const e of el.querySelectorAll('[data-keep]')) {
+    const k = kept.get(e.dataset.keep);
+    if (!k) continue;
+    if (e instanceof HTMLDetailsElement) e.open = k.open;
+    e.scrollTop = k.top;
+    e.scrollLeft = k.left;
+  }
+  return el;
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -29,14 +30,16 @@ const hostile = `<script>window.__xss=1</script><img src=x onerror="window.__xss
 // browser is one headless Chromium tab on the console of a running
 // dispatch, with the requests it made and the exceptions it threw.
 type browser struct {
-	t       *testing.T
-	ctx     context.Context
-	base    string
-	shots   string
-	mu      sync.Mutex
-	hosts   map[string]int
-	errs    []string
-	stopped chan struct{}
+	t        *testing.T
+	ctx      context.Context
+	base     string
+	shots    string
+	wg       sync.WaitGroup // the goroutines that read the tab's events
+	mu       sync.Mutex
+	hosts    map[string]int
+	requests map[string]int // "GET /api/…?…": how many times the page sent it
+	errs     []string
+	stopped  chan struct{}
 }
 
 func newBrowser(t *testing.T, base string) *browser {
@@ -53,17 +56,16 @@ func newBrowser(t *testing.T, base string) *browser {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	b := &browser{t: t, ctx: ctx, base: base, hosts: map[string]int{}, stopped: make(chan struct{})}
+	b := &browser{t: t, ctx: ctx, base: base, hosts: map[string]int{}, requests: map[string]int{}, stopped: make(chan struct{})}
 	b.shots = filepath.Join("..", "..", "..", ".dev", "screenshots")
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	requests := chromedp.Events(ctx, network.RequestWillBeSent)
 	exceptions := chromedp.Events(ctx, runtime.ExceptionThrown)
-	var wg sync.WaitGroup
-	wg.Add(2)
+	b.wg.Add(2)
 	go func() {
-		defer wg.Done()
+		defer b.wg.Done()
 		for ev, err := range requests {
 			if err != nil {
 				return
@@ -71,12 +73,13 @@ func newBrowser(t *testing.T, base string) *browser {
 			if u, perr := url.Parse(ev.Request.URL); perr == nil && u.Host != "" {
 				b.mu.Lock()
 				b.hosts[u.Host]++
+				b.requests[ev.Request.Method+" "+u.RequestURI()]++
 				b.mu.Unlock()
 			}
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer b.wg.Done()
 		for ev, err := range exceptions {
 			if err != nil {
 				return
@@ -96,9 +99,55 @@ func newBrowser(t *testing.T, base string) *browser {
 		cancelTimeout()
 		cancelTab()
 		cancelAlloc()
-		wg.Wait()
+		b.wg.Wait()
 	})
 	return b
+}
+
+// requested is how many times the page has sent a request, named by its
+// method and its path with the query: "POST /api/dispatch/jobs/replay?status=ERROR".
+func (b *browser) requested(request string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.requests[request]
+}
+
+// answer has the browser answer the page's requests whose URL matches
+// pattern (DevTools' wildcards: * any run, ? one character, a backslash escapes)
+// with what fn returns in place of the server, or send them on when fn's
+// ok is false. fn runs outside the test's goroutine: it must not call
+// t.Fatal.
+func (b *browser) answer(pattern string, fn func(u *url.URL) (code int, body []byte, ok bool)) {
+	b.t.Helper()
+	paused := chromedp.Events(b.ctx, fetch.RequestPaused)
+	if _, err := chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
+		b.t.Fatalf("intercept %s: %v", pattern, err)
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			u, perr := url.Parse(ev.Request.URL)
+			var code int
+			var body []byte
+			ok := false
+			if perr == nil {
+				code, body, ok = fn(u)
+			}
+			if ok {
+				_, err = chromedp.Call(b.ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: ev.RequestID, ResponseCode: int64(code),
+					ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json; charset=utf-8"}}, Body: body})
+			} else {
+				_, err = chromedp.Call(b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+			}
+			if err != nil {
+				return // the tab is closing
+			}
+		}
+	}()
 }
 
 // countRequests runs in the page before the console's own scripts: it
@@ -351,8 +400,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the dry run created jobs: %d before, %d after", before, after)
 	}
 	b.shot("07-dead-letters-dry-run")
-	b.do("redrive", chromedp.Click(chromedp.ID("confirm-replay")))
+	// A double click is one redrive: the button waits for the answer.
+	b.do("redrive with a double click", chromedp.Evaluate[chromedp.Void](`(() => { const r = document.getElementById('confirm-replay'); r.click(); r.click(); })()`))
 	b.waitFor("the redrive's result", `!!document.querySelector('#replayed')`)
+	b.do("settle after the redrive")
+	if n := b.requested("POST /api/dispatch/jobs/replay?status=ERROR"); n != 1 {
+		t.Errorf("a double click on the redrive's Replay sent %d redrives, want 1", n)
+	}
 	if got := eval[string](b, `document.querySelector('#replayed').textContent`); !strings.Contains(got, "Replayed 4 dead letters") {
 		t.Errorf("redrive says %q", got)
 	}

@@ -1,7 +1,7 @@
 // Events and subscriptions: subscriptions with their status,
 // create/edit, enable/disable/verify, delete; events with search and a
 // detail that shows each job's current status.
-import { h, clear, errorBox, empty, statusChip, fmtTime, ago, toast, prettyPayload } from '../dom.js';
+import { h, clear, rerender, errorBox, empty, statusChip, fmtTime, ago, toast, rawJSON, pager } from '../dom.js';
 import * as api from '../api.js';
 
 const subStatuses = ['ACTIVE', 'PENDING_VERIFICATION', 'DISABLED'];
@@ -9,14 +9,6 @@ const subStatuses = ['ACTIVE', 'PENDING_VERIFICATION', 'DISABLED'];
 // flash is a message the next subscriptions list shows once (the outcome
 // of a create or an edit made on another page).
 let flash = null;
-
-function pager(res, noun, go) {
-  const { page, totalPages, totalItems } = res;
-  return h('div', { class: 'pager' },
-    h('span', { class: 'muted' }, `${totalItems.toLocaleString()} ${noun}${totalItems === 1 ? '' : 's'} · page ${totalPages ? page + 1 : 0} of ${totalPages}`),
-    h('button', { class: 'btn', disabled: page <= 0, onclick: () => go(page - 1) }, '← Newer'),
-    h('button', { class: 'btn', disabled: page + 1 >= totalPages, onclick: () => go(page + 1) }, 'Older →'));
-}
 
 const field = (label, input, wide) => h('label', { class: 'field' + (wide ? ' field-wide' : '') }, h('span', {}, label), input);
 
@@ -63,6 +55,7 @@ export function subscriptionsPage(main, params) {
   const status = params.get('status') || '';
   const eventType = params.get('eventType') || '';
   const page = Number(params.get('page') || 0);
+  const before = params.get('before') || '';
   const chips = h('div', { class: 'chips', role: 'group', 'aria-label': 'Status' },
     ['', ...subStatuses].map((s) => h('button', {
       type: 'button', class: 'chip-toggle' + (s === status ? ' on' : ''), 'aria-pressed': String(s === status), dataset: { status: s },
@@ -86,11 +79,12 @@ export function subscriptionsPage(main, params) {
       h('a', { href: '#/subscriptions/new', class: 'btn btn-primary', id: 'new-subscription' }, 'New subscription')),
     panel, form, results);
 
-  function go(f, p = 0) {
+  function go(f, at = {}) {
     const q = new URLSearchParams();
     if (f.status) q.set('status', f.status);
     if (f.eventType) q.set('eventType', f.eventType);
-    if (p) q.set('page', String(p));
+    if (at.page) q.set('page', String(at.page));
+    if (at.before) q.set('before', at.before);
     const target = '#/subscriptions' + (q.toString() ? '?' + q : '');
     if (location.hash === target) load(); else location.hash = target;
   }
@@ -142,12 +136,13 @@ export function subscriptionsPage(main, params) {
     if (status) q.set('status', status);
     if (eventType) q.set('eventType', eventType);
     if (page) q.set('page', String(page));
+    if (before) q.set('before', before);
     try {
       const res = await api.get('/api/dispatch/subscriptions?' + q);
       clear(results, res.items.length
         ? h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table table-subs', id: 'subscriptions-table' },
           h('thead', {}, h('tr', {}, ['Subscription', 'Status', 'Health', 'Event types', ''].map((t) => h('th', {}, t)))),
-          h('tbody', {}, res.items.map(row)))), pager(res, 'subscription', (p) => go({ status, eventType }, p)))
+          h('tbody', {}, res.items.map(row)))), pager(res, 'subscription', { page, before }, (at) => go({ status, eventType }, at), 'subs'))
         : h('div', { class: 'card' }, (status || eventType)
           ? empty('No subscriptions match these filters', 'Clear the filters to see them all.')
           : empty('No subscriptions yet', 'Create one: events of the types it names will be delivered to its URL.')));
@@ -300,7 +295,19 @@ function eventQuery(p) {
   for (const k of ['type', 'source']) if (p.get(k)) q.set(k, p.get(k));
   for (const k of ['createdAfter', 'createdBefore']) if (p.get(k)) q.set(k, p.get(k));
   if (p.get('page')) q.set('page', p.get('page'));
+  if (p.get('before')) q.set('before', p.get('before'));
   return q;
+}
+
+const finished = ['COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED'];
+
+// dataOf is an event's data as sent (rawJSON: JSON.parse would round its
+// big numbers), from the answer's text at path; the parsed value when
+// the text cannot be read.
+function dataOf(raw, path, parsed, how) {
+  const v = raw && raw.at(...path);
+  if (v) return v[how]();
+  return how === 'pretty' ? JSON.stringify(parsed, null, 2) : JSON.stringify(parsed);
 }
 
 export function eventsPage(main, params) {
@@ -320,12 +327,13 @@ export function eventsPage(main, params) {
     h('div', {}, h('h1', {}, 'Events'), h('div', { class: 'muted' }, 'Events published with POST /api/dispatch/events, newest first. Open one to see its jobs.'))),
   form, results);
 
-  function go(page = 0) {
+  function go({ page = 0, before = '' } = {}) {
     const fd = new FormData(form);
     const q = new URLSearchParams();
     for (const k of ['type', 'source']) if (fd.get(k).trim()) q.set(k, fd.get(k).trim());
     for (const k of ['createdAfter', 'createdBefore']) if (fd.get(k)) q.set(k, new Date(fd.get(k) + 'Z').toISOString());
     if (page) q.set('page', String(page));
+    if (before) q.set('before', before);
     const target = '#/events' + (q.toString() ? '?' + q : '');
     if (location.hash === target) load(); else location.hash = target;
   }
@@ -335,17 +343,22 @@ export function eventsPage(main, params) {
     const q = eventQuery(params);
     q.set('size', '25');
     try {
-      const res = await api.get('/api/dispatch/events?' + q);
-      clear(results, res.items.length
-        ? h('div', { class: 'card card-flush' }, h('table', { class: 'table table-events', id: 'events-table' },
+      const { data: res, text } = await api.getWithText('/api/dispatch/events?' + q);
+      const raw = rawJSON(text);
+      const at = { page: res.page, before: params.get('before') || '' };
+      rerender(results, res.items.length
+        ? h('div', { class: 'card card-flush' }, h('div', { class: 'table-scroll' }, h('table', { class: 'table table-events', id: 'events-table' },
           h('thead', {}, h('tr', {}, ['Event', 'Type', 'Source', 'Data', 'Created'].map((t) => h('th', {}, t)))),
-          h('tbody', {}, res.items.map((e) => h('tr', { dataset: { id: e.id } },
-            h('td', {}, h('a', { href: '#/events/' + e.id, class: 'mono event-link' }, e.id)),
-            h('td', {}, h('code', { class: 'type-pill' }, e.type)),
-            h('td', {}, e.source),
-            h('td', { class: 'truncate mono small', title: JSON.stringify(e.data) }, JSON.stringify(e.data)),
-            h('td', { class: 'nowrap', title: fmtTime(e.createdAt) }, ago(e.createdAt)))))),
-          pager(res, 'event', go))
+          h('tbody', {}, res.items.map((e, i) => {
+            const data = dataOf(raw, ['items', i, 'data'], e.data, 'compact');
+            return h('tr', { dataset: { id: e.id } },
+              h('td', {}, h('a', { href: '#/events/' + e.id, class: 'mono event-link' }, e.id)),
+              h('td', {}, h('code', { class: 'type-pill' }, e.type)),
+              h('td', {}, e.source),
+              h('td', { class: 'truncate mono small event-data', title: data }, data),
+              h('td', { class: 'nowrap', title: fmtTime(e.createdAt) }, ago(e.createdAt)));
+          })))),
+          pager(res, 'event', at, go, 'events'))
         : h('div', { class: 'card' }, q.toString() !== 'size=25'
           ? empty('No events match these filters', 'Widen the filters or clear them.')
           : empty('No events yet', 'Publish one with POST /api/dispatch/events; it fans out to the matching subscriptions.')));
@@ -358,31 +371,49 @@ export function eventsPage(main, params) {
   return () => clearInterval(timer);
 }
 
+// eventPage shows one event and its jobs. It refreshes every 5 s until
+// every job has finished, redrawing only when something changed (a
+// scrolled data block stays where it was).
 export function eventPage(main, id) {
-  clear(main, h('div', { class: 'loading' }, 'Loading…'));
+  const stale = h('div', { id: 'event-stale' }); // a refresh that failed, until one succeeds
+  const body = h('div', {}, h('div', { class: 'loading' }, 'Loading…'));
+  clear(main, stale, body);
   let stopped = false;
+  let shown = null; // the answer the page shows, to skip a redraw that would change nothing
+  let timer = null;
   const names = {}; // subscription id → name, for the jobs table
   async function load() {
-    let e;
+    let e, text;
     try {
-      e = await api.get('/api/dispatch/events/' + encodeURIComponent(id));
+      ({ data: e, text } = await api.getWithText('/api/dispatch/events/' + encodeURIComponent(id)));
       const missing = e.jobs.filter((j) => !(j.subscriptionId in names)).map((j) => j.subscriptionId);
       await Promise.all([...new Set(missing)].slice(0, 50).map(async (sid) => {
         try { names[sid] = (await api.get('/api/dispatch/subscriptions/' + sid)).name; } catch { names[sid] = null; }
       }));
     } catch (err) {
-      clear(main, h('div', { class: 'page-head' }, h('div', {}, h('a', { href: '#/events', class: 'back' }, '← Events'),
-        h('h1', {}, 'Event ', h('span', { class: 'mono' }, id)))), errorBox(err));
+      if (stopped) return;
+      if (shown === null) {
+        clear(body, h('div', { class: 'page-head' }, h('div', {}, h('a', { href: '#/events', class: 'back' }, '← Events'),
+          h('h1', {}, 'Event ', h('span', { class: 'mono' }, id)))), errorBox(err));
+      } else {
+        clear(stale, errorBox(err));
+      }
       return;
     }
-    if (!stopped) render(e);
+    if (stopped) return;
+    clear(stale);
+    if (e.jobs.every((j) => finished.includes(j.status)) && timer !== null) { clearInterval(timer); timer = null; }
+    const seen = JSON.stringify([text, e.jobs.map((j) => names[j.subscriptionId])]);
+    if (seen === shown) return;
+    shown = seen;
+    render(e, rawJSON(text));
   }
-  function render(e) {
+  function render(e, raw) {
     const row = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '—' : v)];
     const counts = {};
     for (const j of e.jobs) counts[j.status] = (counts[j.status] || 0) + 1;
     const meta = Object.entries(e.metadata);
-    clear(main,
+    rerender(body,
       h('div', { class: 'page-head' },
         h('div', {}, h('a', { href: '#/events', class: 'back' }, '← Events'),
           h('h1', {}, 'Event ', h('span', { class: 'mono', id: 'event-id' }, e.id), h('code', { class: 'type-pill' }, e.type)))),
@@ -395,17 +426,17 @@ export function eventPage(main, id) {
           ? h('table', { class: 'table table-kv', id: 'event-metadata' }, h('tbody', {}, meta.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v)))))
           : h('div', { class: 'muted' }, 'none'))),
       h('div', { class: 'card card-flush' }, h('h3', { class: 'card-title' }, `Jobs (${e.jobs.length})`), e.jobs.length
-        ? h('table', { class: 'table', id: 'event-jobs' },
+        ? h('div', { class: 'table-scroll' }, h('table', { class: 'table', id: 'event-jobs' },
           h('thead', {}, h('tr', {}, ['Job', 'Status', 'Subscription'].map((t) => h('th', {}, t)))),
           h('tbody', {}, e.jobs.map((j) => h('tr', { dataset: { id: j.id } },
             h('td', {}, h('a', { href: '#/jobs/' + j.id, class: 'mono job-link' }, j.id)),
             h('td', {}, statusChip(j.status)),
             h('td', {}, h('a', { href: '#/subscriptions/' + j.subscriptionId }, names[j.subscriptionId] || j.subscriptionId),
-              names[j.subscriptionId] ? h('span', { class: 'muted small mono' }, ' ' + j.subscriptionId) : null)))))
+              names[j.subscriptionId] ? h('span', { class: 'muted small mono' }, ' ' + j.subscriptionId) : null))))))
         : empty('No jobs', 'No ACTIVE subscription matched this event when it was published.')),
-      h('div', { class: 'card' }, h('h3', {}, 'Data'), h('pre', { class: 'code', id: 'event-data' }, prettyPayload(JSON.stringify(e.data)))));
+      h('div', { class: 'card' }, h('h3', {}, 'Data'), h('pre', { class: 'code', id: 'event-data', dataset: { keep: 'data' } }, dataOf(raw, ['data'], e.data, 'pretty'))));
   }
   load();
-  const timer = setInterval(load, 5000);
-  return () => { stopped = true; clearInterval(timer); };
+  timer = setInterval(load, 5000);
+  return () => { stopped = true; if (timer !== null) clearInterval(timer); };
 }

@@ -1,8 +1,9 @@
-import { h, clear, errorBox, empty, statusChip, fmtTime, ago, ms, toast, prettyPayload } from '../dom.js';
+import { h, clear, rerender, errorBox, empty, statusChip, fmtTime, ago, ms, toast, prettyPayload, pager, total } from '../dom.js';
 import * as api from '../api.js';
 import { credentialsLabel } from './credentials.js';
 
 const statuses = ['PENDING', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'ERROR', 'CANCELLED', 'EXPIRED'];
+const finished = ['COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED'];
 
 // filtersToQuery turns the form's state into the search API's query.
 function filtersToQuery(f) {
@@ -12,16 +13,27 @@ function filtersToQuery(f) {
   for (const k of ['createdAfter', 'createdBefore']) if (f[k]) q.set(k, new Date(f[k] + 'Z').toISOString());
   for (const [k, v] of f.metadata) q.set('metadata.' + k, v);
   if (f.page) q.set('page', String(f.page));
+  if (f.before) q.set('before', f.before);
   return q;
 }
 
+// hashOf is the page's address for the form's state: the search, and
+// refresh=0 when auto-refresh is off, so that a search or a page keeps it.
+function hashOf(f) {
+  const q = filtersToQuery(f);
+  if (!f.refresh) q.set('refresh', '0');
+  return '#/jobs' + (q.toString() ? '?' + q : '');
+}
+
 function filtersFromParams(p) {
-  const f = { status: [], source: '', type: '', groupId: '', createdAfter: '', createdBefore: '', metadata: [], page: 0 };
+  const f = { status: [], source: '', type: '', groupId: '', createdAfter: '', createdBefore: '', metadata: [], page: 0, before: '', refresh: true };
   if (p.get('status')) f.status = p.get('status').split(',');
   for (const k of ['source', 'type', 'groupId']) f[k] = p.get(k) || '';
   for (const k of ['createdAfter', 'createdBefore']) if (p.get(k)) f[k] = p.get(k).replace(/(\.\d+)?Z$/, '').slice(0, 16);
   for (const [k, v] of p) if (k.startsWith('metadata.')) f.metadata.push([k.slice(9), v]);
   f.page = Number(p.get('page') || 0);
+  f.before = p.get('before') || '';
+  f.refresh = p.get('refresh') !== '0';
   return f;
 }
 
@@ -37,7 +49,7 @@ function parseMetadata(text) {
 }
 
 function jobsTable(items) {
-  return h('table', { class: 'table table-jobs', id: 'jobs-table' },
+  return h('div', { class: 'table-scroll' }, h('table', { class: 'table table-jobs', id: 'jobs-table' },
     h('thead', {}, h('tr', {}, ['Job', 'Status', 'Source / type', 'Target', 'Attempts', 'Created', 'Last error'].map((c) => h('th', {}, c)))),
     h('tbody', {}, items.map((j) => h('tr', { dataset: { id: j.id } },
       h('td', {}, h('a', { href: '#/jobs/' + j.id, class: 'mono job-link' }, j.id)),
@@ -46,15 +58,7 @@ function jobsTable(items) {
       h('td', { class: 'truncate', title: j.targetUrl }, j.targetUrl),
       h('td', { class: 'num' }, `${j.attemptCount} / ${j.maxRetries}`),
       h('td', { title: fmtTime(j.createdAt) }, ago(j.createdAt)),
-      h('td', { class: 'truncate error-text', title: j.lastError || '' }, j.lastError || '')))));
-}
-
-function pager(res, go) {
-  const { page, totalPages, totalItems } = res;
-  return h('div', { class: 'pager' },
-    h('span', { class: 'muted', id: 'jobs-count' }, `${totalItems.toLocaleString()} job${totalItems === 1 ? '' : 's'} · page ${totalPages ? page + 1 : 0} of ${totalPages}`),
-    h('button', { class: 'btn', disabled: page <= 0, onclick: () => go(page - 1) }, '← Newer'),
-    h('button', { class: 'btn', disabled: page + 1 >= totalPages, onclick: () => go(page + 1) }, 'Older →'));
+      h('td', { class: 'truncate error-text', title: j.lastError || '' }, j.lastError || ''))))));
 }
 
 export function jobsPage(main, params) {
@@ -77,24 +81,27 @@ export function jobsPage(main, params) {
         h('input', { name: 'metadata', id: 'f-metadata', value: f.metadata.map(([k, v]) => `${k}=${v}`).join(', '), placeholder: 'orderId=1234, tenant=acme' })),
       h('div', { class: 'filter-actions' },
         h('button', { type: 'submit', class: 'btn btn-primary', id: 'search' }, 'Search'),
-        h('button', { type: 'button', class: 'btn btn-ghost', onclick: () => { location.hash = '#/jobs'; } }, 'Clear'))));
-  const auto = h('input', { type: 'checkbox', id: 'auto-refresh', checked: true });
+        h('button', { type: 'button', class: 'btn btn-ghost', onclick: () => { location.hash = auto.checked ? '#/jobs' : '#/jobs?refresh=0'; } }, 'Clear'))));
+  // Auto-refresh is on unless the address says refresh=0: a search, a
+  // status chip or a page keeps the choice. Ticking it changes the address
+  // in place (no reload).
+  const auto = h('input', { type: 'checkbox', id: 'auto-refresh', checked: f.refresh,
+    onchange: () => { f.refresh = auto.checked; history.replaceState(history.state, '', hashOf(f)); } });
   const results = h('div', { id: 'jobs-results' }, h('div', { class: 'loading' }, 'Loading…'));
   clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Jobs'),
     h('label', { class: 'toggle' }, auto, ' Auto-refresh every 5 s')), form, results);
 
-  function current(page = 0) {
+  function current({ page = 0, before = '' } = {}) {
     const fd = new FormData(form);
     return {
       status: [...chips.querySelectorAll('.on')].map((b) => b.dataset.status),
       source: fd.get('source').trim(), type: fd.get('type').trim(), groupId: fd.get('groupId').trim(),
       createdAfter: fd.get('createdAfter'), createdBefore: fd.get('createdBefore'),
-      metadata: parseMetadata(fd.get('metadata')), page,
+      metadata: parseMetadata(fd.get('metadata')), page, before, refresh: auto.checked,
     };
   }
-  function submit(page = 0) {
-    const q = filtersToQuery(current(page)).toString();
-    const target = '#/jobs' + (q ? '?' + q : '');
+  function submit(at) {
+    const target = hashOf(current(at));
     if (location.hash === target) load(); else location.hash = target;
   }
   form.addEventListener('submit', (ev) => { ev.preventDefault(); submit(); });
@@ -104,8 +111,8 @@ export function jobsPage(main, params) {
     if (!q.has('size')) q.set('size', '25');
     try {
       const res = await api.get('/api/dispatch/jobs?' + q);
-      clear(results, res.items.length
-        ? h('div', { class: 'card card-flush' }, jobsTable(res.items), pager(res, submit))
+      rerender(results, res.items.length
+        ? h('div', { class: 'card card-flush' }, jobsTable(res.items), pager(res, 'job', f, submit, 'jobs'))
         : h('div', { class: 'card' }, empty('No jobs match these filters', 'Widen the filters or clear them.')));
     } catch (e) {
       clear(results, errorBox(e));
@@ -116,22 +123,44 @@ export function jobsPage(main, params) {
   return () => clearInterval(timer);
 }
 
+// jobPage shows one job. It refreshes every 5 s until the job has
+// finished; a refresh redraws only what changed, so a folded section the
+// reader opened stays open and a scrolled payload stays where it was. An
+// action's error stays until the next action.
 export function jobPage(main, id) {
-  clear(main, h('div', { class: 'loading' }, 'Loading…'));
+  const top = h('div', {}, h('div', { class: 'loading' }, 'Loading…'));
+  const notes = h('div', { id: 'job-notes' }); // an action's outcome: a refresh leaves it
+  const stale = h('div', { id: 'job-stale' }); // a refresh that failed, until one succeeds
+  const rest = h('div', {});
+  clear(main, top, notes, stale, rest);
   let stopped = false;
+  let shown = null; // the answers the page shows, to skip a redraw that would change nothing
+  let timer = null;
   async function load() {
-    let job, attempts, creds = null;
+    let job, attempts, creds = null, seen;
     try {
-      [job, attempts] = await Promise.all([api.get('/api/dispatch/jobs/' + encodeURIComponent(id)),
-        api.get('/api/dispatch/jobs/' + encodeURIComponent(id) + '/attempts')]);
+      const [j, a] = await Promise.all([api.getWithText('/api/dispatch/jobs/' + encodeURIComponent(id)),
+        api.getWithText('/api/dispatch/jobs/' + encodeURIComponent(id) + '/attempts')]);
+      [job, attempts] = [j.data, a.data];
       // The credentials' name: the console's session may read them; an
       // API token alone may not, and they may have been deleted.
       if (job.credentialsId) creds = await api.get('/api/admin/dispatch/credentials/' + job.credentialsId).catch(() => null);
+      seen = JSON.stringify([j.text, a.text, creds && creds.name]);
     } catch (e) {
-      clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id))), errorBox(e));
+      if (stopped) return;
+      if (shown === null) {
+        clear(top, h('div', { class: 'page-head' }, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id))));
+        clear(rest, errorBox(e));
+      } else {
+        clear(stale, errorBox(e));
+      }
       return;
     }
     if (stopped) return;
+    clear(stale);
+    if (finished.includes(job.status) && timer !== null) { clearInterval(timer); timer = null; }
+    if (seen === shown) return;
+    shown = seen;
     render(job, attempts, creds);
   }
   function render(job, attempts, creds) {
@@ -139,18 +168,19 @@ export function jobPage(main, id) {
     if (job.status === 'PENDING' || job.status === 'FAILED') {
       actions.append(h('button', { class: 'btn btn-danger', id: 'cancel', onclick: (e) => act('cancel', e.currentTarget) }, 'Cancel job'));
     }
-    if (['COMPLETED', 'ERROR', 'CANCELLED', 'EXPIRED'].includes(job.status)) {
+    if (finished.includes(job.status)) {
       actions.append(h('button', { class: 'btn btn-primary', id: 'replay', onclick: (e) => act('replay', e.currentTarget) }, 'Replay'));
     }
     const row = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '—' : v)];
     const kv = (obj, id) => Object.keys(obj).length
       ? h('table', { class: 'table table-kv', id }, h('tbody', {}, Object.entries(obj).map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v)))))
       : h('div', { class: 'muted' }, 'none');
-    clear(main,
+    rerender(top,
       h('div', { class: 'page-head' },
         h('div', {}, h('a', { href: '#/jobs', class: 'back' }, '← Jobs'),
-          h('h1', {}, 'Job ', h('span', { class: 'mono', id: 'job-id' }, job.id), ' ', statusChip(job.status))),
-        actions),
+          h('h1', {}, 'Job ', h('span', { class: 'mono', id: 'job-id' }, job.id), ' ', h('span', { id: 'job-status' }, statusChip(job.status)))),
+        actions));
+    rerender(rest,
       job.lastError ? h('div', { class: 'alert alert-warn', id: 'last-error' }, h('strong', {}, 'Last error: '), job.lastError) : null,
       h('div', { class: 'grid-2' },
         h('div', { class: 'card' }, h('h3', {}, 'Job'), h('dl', { class: 'fields' },
@@ -170,31 +200,34 @@ export function jobPage(main, id) {
           h('div', { class: 'card' }, h('h3', {}, 'Metadata'), kv(job.metadata, 'job-metadata')),
           h('div', { class: 'card' }, h('h3', {}, 'Headers'), kv(job.headers, 'job-headers')))),
       h('div', { class: 'card' }, h('h3', {}, 'Payload ', h('span', { class: 'muted small' }, job.payloadContentType)),
-        h('pre', { class: 'code', id: 'payload' }, prettyPayload(job.payload))),
+        h('pre', { class: 'code', id: 'payload', dataset: { keep: 'payload' } }, prettyPayload(job.payload))),
       h('div', { class: 'card' }, h('h3', {}, `Attempts (${attempts.length})`), timeline(attempts)));
   }
   // act replays or cancels the job; its button stays disabled meanwhile,
-  // so a double click is one replay, not two.
+  // so a double click is one replay, not two. A refusal stays on the page
+  // (refreshes leave it) until the next action; the page then shows the
+  // job as it is, the reason it was refused.
   async function act(what, button) {
     if (button) button.disabled = true;
+    clear(notes);
     try {
       const j = await api.post(`/api/dispatch/jobs/${encodeURIComponent(id)}/${what}`);
       if (what === 'replay') {
         toast(`Replayed as job ${j.id}`);
         location.hash = '#/jobs/' + j.id;
-      } else {
-        toast('Job cancelled');
-        load();
+        return;
       }
+      toast('Job cancelled');
     } catch (e) {
-      main.prepend(errorBox(e));
+      clear(notes, errorBox(e));
     } finally {
       if (button) button.disabled = false;
     }
+    load();
   }
   load();
-  const timer = setInterval(load, 5000);
-  return () => { stopped = true; clearInterval(timer); };
+  timer = setInterval(load, 5000);
+  return () => { stopped = true; if (timer !== null) clearInterval(timer); };
 }
 
 function timeline(attempts) {
@@ -206,7 +239,7 @@ function timeline(attempts) {
       h('span', { class: 'muted' }, ms(a.durationMillis, true)),
       h('span', { class: 'muted', title: a.attemptedAt }, fmtTime(a.attemptedAt))),
     a.errorMessage ? h('div', { class: 'error-text attempt-error' }, a.errorMessage) : null,
-    a.responseBody ? h('pre', { class: 'code code-sm attempt-body' }, a.responseBody) : null,
+    a.responseBody ? h('pre', { class: 'code code-sm attempt-body', dataset: { keep: 'body-' + a.attemptNumber } }, a.responseBody) : null,
     attemptHeaders(a))));
 }
 
@@ -223,7 +256,7 @@ function attemptHeaders(a) {
       ? h('table', { class: 'table table-kv table-headers' }, h('tbody', {}, Object.keys(hs).sort((x, y) => x.localeCompare(y))
         .map((k) => h('tr', {}, h('th', {}, k), h('td', { class: hs[k] === '[redacted]' ? 'redacted' : null }, hs[k])))))
       : h('div', { class: 'muted small' }, 'none'));
-  return h('details', { class: 'attempt-headers' },
+  return h('details', { class: 'attempt-headers', dataset: { keep: 'headers-' + a.attemptNumber } },
     h('summary', {}, `Headers: ${ns} sent, ${ng} received`),
     h('div', { class: 'headers-grid' },
       table('Request (secrets redacted)', sent, 'request-headers'),
@@ -254,13 +287,16 @@ export function deadLettersPage(main) {
         h('strong', { id: 'dry-run-count' }, `${r.wouldReplay} dead letter${r.wouldReplay === 1 ? '' : 's'} will be replayed`),
         r.matched > r.wouldReplay ? ` (${r.matched} match; one run replays at most ${r.wouldReplay}).` : '.',
         skipped > 0 ? ` ${skipped} ${skipped === 1 ? 'is' : 'are'} skipped: replayed before, or ${skipped === 1 ? 'its' : 'their'} credentials deleted.` : '',
-        ' ', h('button', { class: 'btn btn-primary', id: 'confirm-replay', onclick: replay }, `Replay ${r.wouldReplay}`),
+        ' ', h('button', { class: 'btn btn-primary', id: 'confirm-replay', onclick: (ev) => replay(ev.currentTarget) }, `Replay ${r.wouldReplay}`),
         ' ', h('button', { class: 'btn btn-ghost', onclick: () => clear(panel) }, 'Cancel')));
     } catch (e) {
       clear(panel, errorBox(e));
     }
   }
-  async function replay() {
+  // replay runs the redrive. Its button stays disabled until the answer,
+  // so a double click is one redrive, and the outcome shown is its own.
+  async function replay(button) {
+    button.disabled = true;
     try {
       const r = await api.post('/api/dispatch/jobs/replay?status=ERROR');
       const failed = r.failed || [];
@@ -280,9 +316,9 @@ export function deadLettersPage(main) {
     try {
       const res = await api.get('/api/dispatch/jobs?status=ERROR&size=50');
       deadTotal = res.totalItems;
-      clear(results, res.items.length
+      rerender(results, res.items.length
         ? h('div', { class: 'card card-flush' }, jobsTable(res.items),
-          h('div', { class: 'pager' }, h('span', { class: 'muted' }, `${res.totalItems} dead letters`),
+          h('div', { class: 'pager' }, h('span', { class: 'muted', id: 'dead-count' }, `${total(res)} dead letter${res.totalItems === 1 && res.totalExact !== false ? '' : 's'}`),
             res.totalPages > 1 ? h('a', { href: '#/jobs?status=ERROR', class: 'btn' }, 'All in Jobs →') : null))
         : h('div', { class: 'card' }, empty('No dead letters', 'Every job has been delivered or is still being retried.')));
     } catch (e) {

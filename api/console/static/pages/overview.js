@@ -1,5 +1,5 @@
 import uPlot from '../vendor/uplot/uPlot.esm.js';
-import { h, clear, errorBox, empty, ms, fmtTime, duration, statusChip } from '../dom.js';
+import { h, clear, errorBox, empty, ms, fmtTime, duration, statusChip, total } from '../dom.js';
 import * as api from '../api.js';
 
 const outcomes = [
@@ -67,7 +67,7 @@ export function overviewPage(main) {
       card('Latency p99', ms(t.p99Millis, true), 'per attempt', 'card-p99'),
       h('a', { href: '#/dead-letters', class: 'card stat card-link', id: 'card-dead' },
         h('div', { class: 'stat-label' }, 'Dead letters'),
-        h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, dead.totalItems.toLocaleString()),
+        h('div', { class: 'stat-value' + (dead.totalItems ? ' stat-bad' : '') }, total(dead)),
         h('div', { class: 'stat-sub' }, 'jobs in ERROR')));
     const charts = h('div', { class: 'charts' });
     clear(body, cards, backlogCard(backlog), charts, routersCard(mon), h('div', { class: 'grid-overview' }, storageCard(storage), breakersCard(mon)));
