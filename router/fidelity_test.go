@@ -88,6 +88,69 @@ func TestASlowPoolDoesNotHoldUpTheOthers(t *testing.T) {
 	once.Do(func() { close(unblock) })
 }
 
+// A full pool's backlog, larger than the router can give back between two
+// of its returns, does not keep the other pools' messages from being
+// received: each return waits longer than the last, and a receive's
+// messages go back in one call, not one each. Every SQS call here takes
+// 10 ms longer, as a real queue's do. Before, the backlog came back every
+// second or two and filled every receive.
+func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	var (
+		mu               sync.Mutex
+		changes, entries int // ChangeMessageVisibilityBatch calls and their entries
+	)
+	rq := proxiedQueue(t, q, func(_ http.ResponseWriter, r *http.Request, body []byte, _ func()) bool {
+		time.Sleep(10 * time.Millisecond)
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ChangeMessageVisibilityBatch" {
+			var in struct{ Entries []json.RawMessage }
+			_ = json.Unmarshal(body, &in)
+			mu.Lock()
+			changes++
+			entries += len(in.Entries)
+			mu.Unlock()
+		}
+		return false
+	})
+	unblock := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+	var fast atomic.Int32
+	med := &fakeMediator{fn: func(ptr dispatch.Pointer, _ int) error {
+		if ptr.PoolCode == "SLOW" {
+			<-unblock
+			return nil
+		}
+		fast.Add(1)
+		return nil
+	}}
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
+		DefaultPool: "FAST", Buffer: 2,
+		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := make([]int, 500)
+	for i := range slow {
+		slow[i] = 1000 + i
+	}
+	sendEach(t, q.Open(t), "SLOW", slow...)
+	sendEach(t, q.Open(t), "FAST", 1, 2, 3, 4, 5)
+	runUntilCleanup(t, r)
+	eventually(t, 30*time.Second, func() bool { return fast.Load() == 5 },
+		"the fast pool's five messages mediated behind 500 for the full slow pool")
+	mu.Lock()
+	defer mu.Unlock()
+	if changes == 0 || entries < 4*changes {
+		t.Errorf("%d visibility changes in %d calls: want a receive's messages given back together", entries, changes)
+	}
+	once.Do(func() { close(unblock) })
+}
+
 // A stop gives back, unmediated, the messages whose pool's rate limit had
 // them wait for their turn: nothing new starts once the stop has begun.
 func TestAStopStartsNoMediationWaitingForItsRate(t *testing.T) {

@@ -476,19 +476,20 @@ func (r *Router) receive(ctx context.Context, s *source) {
 
 // releaseHeld gives back messages whose group is on hold, until the
 // failed message they must not overtake is due back.
+// Each has its own delay, and they go back together: one call for the
+// messages of a receive, not one each.
 func (r *Router) releaseHeld(msgs []*message) {
+	if len(msgs) == 0 {
+		return
+	}
 	now := time.Now()
-	byDelay := map[time.Duration][]*message{}
+	delays := make(map[*message]time.Duration, len(msgs))
 	r.mu.Lock()
 	for _, m := range msgs {
-		h := r.holds[m.group]
-		d := max(h.until.Sub(now), 0) + time.Second
-		byDelay[d] = append(byDelay[d], m)
+		delays[m] = max(r.holds[m.group].until.Sub(now), 0) + time.Second
 	}
 	r.mu.Unlock()
-	for d, ms := range byDelay {
-		r.release(ms, d)
-	}
+	r.releaseEach(msgs, func(m *message) time.Duration { return delays[m] })
 }
 
 // accept routes a received message into its pool, unless it is a
@@ -564,7 +565,7 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 		// rest: a message beyond its room, which a job handed over in
 		// process took meanwhile, waits in its lane as before.)
 		p.full.Add(1)
-		r.holdGroup(m, poolFullDelay+rand.N(poolFullDelay))
+		r.holdGroup(m, fullPoolDelay(m.ReceiveCount))
 		return m
 	}
 	if r.cfg.Tracer.Enabled() {
@@ -583,8 +584,19 @@ const maxWarnedPools = 100
 const holdGrace = 2 * time.Second
 
 // poolFullDelay is about how long a message for a full pool is given back
-// for (one to two times it, spread).
+// for the first time (one to two times it, spread).
 const poolFullDelay = time.Second
+
+// fullPoolDelay is how long a message for a full pool, received
+// receiveCount times, is given back for: twice as long each time it comes
+// back to a pool still full, up to 32 to 64 s. A pool's backlog, given
+// back and received again every second or two, would otherwise fill
+// every receive, and the queue's messages for the other pools, behind it,
+// would not be received until it had drained.
+func fullPoolDelay(receiveCount int) time.Duration {
+	d := poolFullDelay << (min(max(receiveCount, 1), 6) - 1)
+	return d + rand.N(d)
+}
 
 // poolRoom is how many groups p may hold: its concurrency and its share of
 // the buffer, in proportion to its concurrency (lock held). Each pool so
@@ -755,23 +767,32 @@ func routerBackoff(receiveCount int) time.Duration {
 // call has returned (see message.extending). A message taken in process
 // goes onto the queue instead, where the job's state holds it until due.
 func (r *Router) release(msgs []*message, delay time.Duration) {
+	r.releaseEach(msgs, func(*message) time.Duration { return delay })
+}
+
+// releaseEach is release, each message m after delay(m).
+func (r *Router) releaseEach(msgs []*message, delayOf func(*message) time.Duration) {
 	if len(msgs) == 0 {
 		return
 	}
-	delay = min(max(delay, 0), dispatch.MaxVisibilityDelay)
 	changes := map[*source][]queue.Visibility{}
-	var requeue []*local
+	type requeued struct {
+		l     *local
+		delay time.Duration
+	}
+	var requeue []requeued
 	why := requeueRetry
 	r.mu.Lock()
 	if r.stopping {
 		why = requeueStop
 	}
 	for _, m := range msgs {
+		delay := min(max(delayOf(m), 0), dispatch.MaxVisibilityDelay)
 		if m.traced != nil { // a message given back unmediated ends its span here (a mediated one's has ended)
 			trace.SpanFromContext(m.traced).End()
 		}
 		if m.local != nil {
-			requeue = append(requeue, m.local)
+			requeue = append(requeue, requeued{m.local, delay})
 			continue
 		}
 		if m.extending {
@@ -787,8 +808,8 @@ func (r *Router) release(msgs []*message, delay time.Duration) {
 	// At once: each may be a request to the API (split mode), and a stop
 	// must not wait for them one after another.
 	var wg sync.WaitGroup
-	for _, l := range requeue {
-		wg.Go(func() { r.requeued(l, delay, why) })
+	for _, q := range requeue {
+		wg.Go(func() { r.requeued(q.l, q.delay, why) })
 	}
 	wg.Wait()
 }
