@@ -22,13 +22,16 @@ import (
 // acknowledged again. With nothing pending it sleeps: an idle router does
 // not wake for it.
 type deleter struct {
-	q    *queue.Queue
-	log  *slog.Logger
-	mu   sync.Mutex
-	pend []string
-	due  time.Time     // when the pending receipts must go, at the latest
-	kick chan struct{} // due moved earlier, or ten receipts wait
-	lazy time.Duration // how long an ungrouped receipt may wait
+	q   *queue.Queue
+	log *slog.Logger
+	// failed is told of deletes that failed after their retries, and how
+	// many (nil: only logged).
+	failed func(n int, err error)
+	mu     sync.Mutex
+	pend   []string
+	due    time.Time     // when the pending receipts must go, at the latest
+	kick   chan struct{} // due moved earlier, or ten receipts wait
+	lazy   time.Duration // how long an ungrouped receipt may wait
 }
 
 const (
@@ -36,8 +39,8 @@ const (
 	ungroupedLinger = time.Second
 )
 
-func newDeleter(q *queue.Queue, log *slog.Logger) *deleter {
-	return &deleter{q: q, log: log, kick: make(chan struct{}, 1), lazy: ungroupedLinger}
+func newDeleter(q *queue.Queue, log *slog.Logger, failed func(n int, err error)) *deleter {
+	return &deleter{q: q, log: log, failed: failed, kick: make(chan struct{}, 1), lazy: ungroupedLinger}
 }
 
 // setVisibility tells the deleter how long its queue's messages stay
@@ -117,6 +120,9 @@ func (d *deleter) flush(ctx context.Context) {
 	err := retrySQSSide(ctx, chunks(pend, del), deletesToRetry, del)
 	if err != nil {
 		d.log.Warn("delete failed; the messages will come back and be acknowledged again", "err", err)
+		if d.failed != nil {
+			d.failed(failedDeletes(err, len(pend)), err)
+		}
 	}
 }
 
@@ -159,4 +165,20 @@ func retrySQSSide[T any](ctx context.Context, err error, retryOf func(error) ([]
 		err = errors.Join(append(rest, again(retry))...)
 	}
 	return err
+}
+
+// failedDeletes is how many of n deletes err says failed: each
+// DeleteError's count, or a whole chunk of ten for a call that failed
+// outright, at most n.
+func failedDeletes(err error, n int) int {
+	total := 0
+	for _, e := range flatten(err) {
+		var de *queue.DeleteError
+		if errors.As(e, &de) {
+			total += de.Failed
+		} else {
+			total += 10
+		}
+	}
+	return min(total, n)
 }

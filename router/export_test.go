@@ -10,7 +10,7 @@ import (
 // Deleter exposes the router's delete batching to its tests.
 type Deleter struct{ d *deleter }
 
-func NewDeleter(q *queue.Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log)} }
+func NewDeleter(q *queue.Queue, log *slog.Logger) Deleter { return Deleter{newDeleter(q, log, nil)} }
 func (d Deleter) Add(receipt string, grouped bool)        { d.d.add(receipt, grouped) }
 func (d Deleter) Run(ctx context.Context)                 { d.d.run(ctx) }
 

@@ -11,10 +11,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/router"
@@ -151,6 +154,89 @@ func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
 	once.Do(func() { close(unblock) })
 }
 
+// A delete the queue refuses (the router's role lacks sqs:DeleteMessage)
+// is a warning on /monitoring/warnings and a metric, not a log line
+// alone: each finished message comes back and, grouped, holds its group.
+func TestAFailedDeleteIsAWarningAndAMetric(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := proxiedQueue(t, q, func(w http.ResponseWriter, r *http.Request, _ []byte, _ func()) bool {
+		if r.Header.Get("X-Amz-Target") != "AmazonSQS.DeleteMessageBatch" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#AccessDenied","message":"not authorized to perform sqs:DeleteMessage"}`))
+		return true
+	})
+	var mediated atomic.Int32
+	reg := prometheus.NewRegistry()
+	r, err := router.New(rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { mediated.Add(1); return nil }}, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	sendEach(t, q.Open(t), dispatch.DefaultPool, 1)
+	eventually(t, 10*time.Second, func() bool {
+		for _, w := range r.Warnings() {
+			if w.Type == router.WarnDeleteFailed && strings.Contains(w.Message, "sqs:DeleteMessage") {
+				return true
+			}
+		}
+		return false
+	}, "a DELETE_FAILED warning naming the queue's refusal")
+	if mediated.Load() != 1 {
+		t.Errorf("%d mediations, want 1", mediated.Load())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "dispatch_router_delete_failures_total" {
+			failures = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if failures < 1 {
+		t.Errorf("dispatch_router_delete_failures_total = %v, want at least 1", failures)
+	}
+}
+
+// A message waiting for its pool's rate limit is not reported as in
+// flight: a pool at its rate, not at its concurrency, would look saturated
+// and its target slow, the wait counted as mediation time.
+func TestAMessageWaitingForItsRateIsNotMediating(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := q.Open(t)
+	var mediated atomic.Int32
+	r, err := router.New(rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { mediated.Add(1); return nil }}, router.Config{
+		Pools:       []router.PoolConfig{{Code: dispatch.DefaultPool, Concurrency: 2, RatePerMinute: 1}},
+		ReceiveWait: time.Second, MediationTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	sendEach(t, rq, dispatch.DefaultPool, 1, 2)
+	eventually(t, 10*time.Second, func() bool {
+		held := r.InFlight()
+		return mediated.Load() == 1 && len(held) == 1
+	}, "one message mediated, the other held for its turn (a minute away)")
+	if s := r.Stats()[0]; s.InFlight != 0 || s.Buffered != 1 {
+		t.Errorf("pool stats in flight %d, buffered %d; want 0 and 1 (the message waits for its turn)", s.InFlight, s.Buffered)
+	}
+	if m := r.InFlight()[0]; m.State != router.Buffered || m.MediatingMillis != 0 {
+		t.Errorf("the message waiting for its turn is %s for %d ms; want %s", m.State, m.MediatingMillis, router.Buffered)
+	}
+}
+
 // A stop gives back, unmediated, the messages whose pool's rate limit had
 // them wait for their turn: nothing new starts once the stop has begun.
 func TestAStopStartsNoMediationWaitingForItsRate(t *testing.T) {
@@ -177,7 +263,8 @@ func TestAStopStartsNoMediationWaitingForItsRate(t *testing.T) {
 	sendEach(t, rq, dispatch.DefaultPool, 1, 2, 3)
 	<-first
 	// The other two wait for their turn (one each 10 s) in their workers.
-	eventually(t, 10*time.Second, func() bool { return r.Stats()[0].InFlight == 2 }, "two messages waiting for their turn")
+	eventually(t, 10*time.Second, func() bool { s := r.Stats()[0]; return s.Buffered == 2 && s.InFlight == 0 },
+		"two messages waiting for their turn (buffered, not mediating)")
 	cancel()
 	select {
 	case err := <-done:

@@ -20,6 +20,8 @@ type metrics struct {
 	// localRequeued: pointers taken in process that went onto the queue
 	// after all, by reason (retry, stop, backstop, no_room).
 	localRequeued *prometheus.CounterVec
+	// deleteFailures: finished messages whose delete failed.
+	deleteFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -39,6 +41,10 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Name: "dispatch_router_local_requeued_total",
 			Help: "Jobs taken in process whose pointers went onto the queue after all: retry (sent when due), stop (the router stopped), backstop (waited 500 ms for a worker), no_room (offered by the API after the room had gone).",
 		}, []string{"reason"}),
+		deleteFailures: f.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_router_delete_failures_total",
+			Help: "Finished messages whose delete failed (after its retries): each comes back when its visibility ends, holding its group until then, and is acknowledged again.",
+		}),
 		duplicates: f.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_router_duplicates_total", Help: "Redelivered copies of messages already in flight, not mediated again.",
 		}),

@@ -150,6 +150,7 @@ const (
 	WarnMediationFailed  = "MEDIATION_FAILED"         // the processing endpoint gave no usable answer (the message is retried)
 	WarnHeartbeatFailed  = "HEARTBEAT_FAILED"         // the visibility of messages in flight could not be extended
 	WarnVisibilityChange = "VISIBILITY_CHANGE_FAILED" // messages could not be given back; they return when their timeout ends
+	WarnDeleteFailed     = "DELETE_FAILED"            // finished messages could not be deleted; they come back and are acknowledged again
 	WarnShutdownDeadline = "SHUTDOWN_DEADLINE"        // a stop cancelled mediations still in flight
 	WarnReloadFailed     = "RELOAD_FAILED"            // a reload of the configuration changed nothing
 )

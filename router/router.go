@@ -243,7 +243,12 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 		if sc.Connections <= 0 {
 			sc.Connections = 1
 		}
-		r.sources = append(r.sources, &source{Source: sc, name: sc.Queue.Name(), deleter: newDeleter(sc.Queue, r.log)})
+		name := sc.Queue.Name()
+		r.sources = append(r.sources, &source{Source: sc, name: name, deleter: newDeleter(sc.Queue, r.log, func(n int, err error) {
+			r.metrics.deleteFailures.Add(float64(n))
+			r.warnings.add(Warning{Type: WarnDeleteFailed, Queue: name,
+				Message: "finished messages could not be deleted; they come back when their visibility ends, and a grouped one holds its group until then: " + err.Error()})
+		})})
 		r.queueNames = append(r.queueNames, sc.Queue.Name())
 		r.loops += sc.Connections
 	}
@@ -639,18 +644,22 @@ func (r *Router) work(ctx context.Context, p *Pool) {
 			return
 		}
 		r.mu.Unlock()
-		if !p.waitTurn(ctx, r.stopped) || r.isStopping() {
+		turn := p.waitTurn(ctx, r.stopped) && !r.isStopping()
+		r.mu.Lock()
+		p.waitingTurn--
+		if !turn {
 			// The stop began while it waited for its turn (or just
 			// before): not started, so given back at once, as the
 			// buffered messages were.
-			r.mu.Lock()
 			p.finish(m)
 			r.unhold(m)
 			r.mu.Unlock()
 			r.release([]*message{m}, 0)
 			continue
 		}
-		start := time.Now()
+		m.started = time.Now()
+		r.mu.Unlock()
+		start := m.started
 		mctx := ctx
 		if m.traced != nil {
 			mctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(m.traced))
@@ -997,8 +1006,11 @@ type Pool struct {
 	ready    []string              // groups with buffered messages and none in flight
 	buffered int
 	inFlight int
-	groups   int // groups with a message held in this pool (lock held)
-	promised int // room the router's requests for new jobs have asked the API for (intake)
+	// waitingTurn: of inFlight, those a worker holds while the rate limit
+	// has them wait for their turn; reported as buffered, not mediating.
+	waitingTurn int
+	groups      int // groups with a message held in this pool (lock held)
+	promised    int // room the router's requests for new jobs have asked the API for (intake)
 
 	succeeded, failed, retried, rateLimited atomic.Int64
 	full                                    atomic.Int64 // messages given back because the pool was full
@@ -1116,8 +1128,10 @@ func (p *Pool) next(stopping *bool) *message {
 	}
 	p.active[g] = true
 	p.buffered--
+	// In flight for the pool's room from now; mediating (started) once
+	// the rate limit gives its turn.
 	p.inFlight++
-	m.started = time.Now()
+	p.waitingTurn++
 	return m
 }
 
@@ -1227,7 +1241,7 @@ func (r *Router) Stats() []PoolStats {
 	defer r.mu.Unlock()
 	out := make([]PoolStats, 0, len(r.order))
 	for _, p := range r.order {
-		s := PoolStats{Code: p.code, Concurrency: p.concurrency, Draining: p.draining, InFlight: p.inFlight, Buffered: p.buffered,
+		s := PoolStats{Code: p.code, Concurrency: p.concurrency, Draining: p.draining, InFlight: p.inFlight - p.waitingTurn, Buffered: p.buffered + p.waitingTurn,
 			Succeeded: p.succeeded.Load(), Retried: p.retried.Load(), Failed: p.failed.Load(), RateLimited: p.rateLimited.Load(),
 			PoolFull: p.full.Load(), RatePerMinute: p.rate()}
 		if n := p.mediations.Load(); n > 0 {
