@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/handoff"
@@ -23,13 +25,16 @@ type backlogCollector struct {
 	backlog func(context.Context, time.Time) (dispatch.Backlog, error)
 	depth   func(context.Context) (queue.Depth, error)
 	now     func() time.Time
+	// timeout bounds each read on its own: a slow database does not leave
+	// the queue's read without time, nor the reverse.
+	timeout time.Duration
 
 	jobs, unsent, oldest, queue, up *prometheus.Desc
 }
 
 func newBacklogCollector(backlog func(context.Context, time.Time) (dispatch.Backlog, error), depth func(context.Context) (queue.Depth, error)) *backlogCollector {
 	return &backlogCollector{
-		backlog: backlog, depth: depth, now: time.Now,
+		backlog: backlog, depth: depth, now: time.Now, timeout: scrapeReadTimeout,
 		jobs: prometheus.NewDesc("dispatch_live_jobs",
 			"Jobs not finished, by status: PENDING (never attempted, scheduled ones included), IN_PROGRESS, FAILED (waiting for a retry).",
 			[]string{"status"}, nil),
@@ -53,9 +58,10 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// scrapeReadTimeout bounds each read a scrape makes.
+const scrapeReadTimeout = 3 * time.Second
+
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -68,7 +74,9 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.backlog != nil {
 		now := c.now()
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		b, err := c.backlog(ctx, now)
+		cancel()
 		up("database", err)
 		if err == nil {
 			gauge(c.jobs, float64(b.Pending), string(dispatch.StatusPending))
@@ -83,7 +91,9 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if c.depth != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		d, err := c.depth(ctx)
+		cancel()
 		up("queue", err)
 		if err == nil {
 			gauge(c.queue, float64(d.Visible), "visible")
@@ -117,4 +127,11 @@ func registerOffers(reg prometheus.Registerer, b *handoff.Box) error {
 			Help: "Routers' requests for new jobs waiting in this API (split mode; up to four per router with idle workers).",
 		}, func() float64 { return float64(b.Waiting()) })),
 	)
+}
+
+// metricsHandler serves reg's metrics. A collector that fails loses its
+// own series, not the scrape: the others, and the alerts on them, still
+// answer.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
@@ -383,7 +382,7 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 	}
 	q := queues[0] // the default queue: jobs that name none go there
 	stopStartup()  // from here on, the API and the router answer on their ports
-	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
+	metrics := metricsHandler(a.reg)
 	// Whether delivery falls behind: the backlog from the database (the
 	// router alone has none) and the queue's depth, read at each scrape.
 	// Scrapes close together share one read of each (sharedRead).
