@@ -197,7 +197,7 @@ func dur(d time.Duration) string {
 // chain); `dispatch config` shows the ones set, secrets masked.
 var SDKSettings = []Setting{
 	{Name: "AWS_ENDPOINT_URL_SQS", Help: "SQS endpoint (ElasticMQ, LocalStack, the stand-in); unset: real SQS"},
-	{Name: "AWS_REGION", Help: "region"},
+	{Name: "AWS_REGION", Help: "region (a queue given by its AWS URL is called in the URL's region)"},
 	{Name: "AWS_PROFILE", Help: "shared-config profile"},
 	{Name: "AWS_ACCESS_KEY_ID", Help: "access key id", Secret: true},
 	{Name: "AWS_SECRET_ACCESS_KEY", Help: "secret access key", Secret: true},

@@ -64,3 +64,38 @@ func TestRequestBodyOutlivesTheSDKClosingIt(t *testing.T) {
 		t.Errorf("ContentLength = %d, want %d", sent.ContentLength, len(payload))
 	}
 }
+
+// A queue named by its AWS URL is called in the region the URL names,
+// whatever AWS_REGION says (or without it): SQS refuses a call for a queue
+// of another region. Any other URL (ElasticMQ, LocalStack) leaves the
+// region to the SDK's configuration.
+func TestAQueueURLNamesItsRegion(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL_SQS", "")
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	t.Setenv("AWS_REGION", "us-east-1")
+	for url, want := range map[string]string{
+		"https://sqs.eu-west-1.amazonaws.com/123456789012/dispatch.fifo":  "eu-west-1",
+		"https://ap-south-1.queue.amazonaws.com/123456789012/jobs.fifo":   "ap-south-1",
+		"https://sqs.cn-north-1.amazonaws.com.cn/123456789012/jobs.fifo":  "cn-north-1",
+		"http://localhost:9324/000000000000/dispatch.fifo":                "us-east-1",
+		"https://sqs.eu-west-1.example.com/123456789012/dispatch.fifo":    "us-east-1",
+		"https://evil.sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo": "us-east-1",
+	} {
+		q, err := Open(t.Context(), Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := q.api.Options().Region; got != want {
+			t.Errorf("queue %s: region %q, want %q", url, got, want)
+		}
+	}
+	// Through an endpoint of its own (a proxy, a VPC endpoint), the region
+	// is the configuration's.
+	q, err := Open(t.Context(), Config{URL: "https://sqs.eu-west-1.amazonaws.com/123456789012/dispatch.fifo", Endpoint: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.api.Options().Region; got != "us-east-1" {
+		t.Errorf("through an endpoint: region %q, want the configuration's us-east-1", got)
+	}
+}

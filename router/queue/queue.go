@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,11 +117,41 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
+		if region := urlRegion(cfg.URL); region != "" && cfg.Endpoint == "" && o.BaseEndpoint == nil {
+			// An AWS queue URL names the region the queue lives in: SQS
+			// refuses a call signed for, or sent to, another one.
+			o.Region = region
+		}
 		if o.Region == "" {
 			o.Region = "us-east-1"
 		}
 	})
 	return &Queue{api: api, cfg: cfg, url: cfg.URL, depthSem: make(chan struct{}, 1)}, nil
+}
+
+// urlRegion is the AWS region of an SQS queue URL
+// (https://sqs.eu-west-1.amazonaws.com/… or the legacy
+// https://eu-west-1.queue.amazonaws.com/…; .amazonaws.com.cn in China),
+// or "" for any other URL (ElasticMQ, LocalStack, a proxy).
+func urlRegion(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, suffix := range []string{".amazonaws.com", ".amazonaws.com.cn"} {
+		rest, ok := strings.CutSuffix(host, suffix)
+		if !ok {
+			continue
+		}
+		if r, ok := strings.CutPrefix(rest, "sqs."); ok && r != "" && !strings.Contains(r, ".") {
+			return r
+		}
+		if r, ok := strings.CutSuffix(rest, ".queue"); ok && r != "" && !strings.Contains(r, ".") {
+			return r
+		}
+	}
+	return ""
 }
 
 // detachedBodyClient sends each request with a body of its own.
