@@ -22,8 +22,8 @@ type Breakers struct {
 	mu       sync.Mutex
 	byHost   *cache.Cache
 	// changed, when set, is told each time a host's breaker opens or
-	// closes (operational alerts). It is called with the breaker's lock
-	// held, so it must not block.
+	// closes (operational alerts), a reset included. It is called with
+	// the breaker's locks held, so it must not block.
 	changed func(host string, open bool)
 }
 
@@ -40,6 +40,12 @@ type hostBreaker struct {
 	mu       sync.Mutex
 	openedAt time.Time
 	tripped  uint32 // the failures in a row that opened it last
+	// toldOpen is whether changed was last told this breaker is open
+	// (half-open still is: only a close or an opening is told).
+	toldOpen bool
+	// reset is set when Reset forgets the breaker: requests still running
+	// may change it, but the host has a new one, so it tells nothing.
+	reset bool
 }
 
 // NewBreakers opens a host's breaker after `failures` consecutive retryable
@@ -75,13 +81,17 @@ func (b *Breakers) get(host string) *hostBreaker {
 			return true
 		},
 		OnStateChange: func(_ string, _, to gobreaker.State) {
+			hb.mu.Lock()
+			defer hb.mu.Unlock()
 			if to == gobreaker.StateOpen {
-				hb.mu.Lock()
 				hb.openedAt = time.Now()
-				hb.mu.Unlock()
 			}
-			if b.changed != nil && to != gobreaker.StateHalfOpen {
-				b.changed(host, to == gobreaker.StateOpen)
+			if to == gobreaker.StateHalfOpen || hb.reset {
+				return
+			}
+			hb.toldOpen = to == gobreaker.StateOpen
+			if b.changed != nil {
+				b.changed(host, hb.toldOpen)
 			}
 		},
 	})
@@ -174,16 +184,28 @@ func (b *Breakers) States() []dispatch.BreakerState {
 }
 
 // Reset closes host's breaker: its failures are forgotten and deliveries
-// go at once. It reports whether the host had one.
+// go at once. A breaker open (or half-open) is told closed, as if its trial
+// had succeeded, so the alerts see the host's next opening as one. It
+// reports whether the host had one.
 func (b *Breakers) Reset(host string) bool {
 	if b == nil {
 		return false
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.byHost.Get(host); !ok {
+	it, ok := b.byHost.Get(host)
+	if ok {
+		b.byHost.Delete(host)
+	}
+	b.mu.Unlock()
+	if !ok {
 		return false
 	}
-	b.byHost.Delete(host)
+	hb := it.(*hostBreaker)
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.reset = true
+	if hb.toldOpen && b.changed != nil {
+		b.changed(host, false)
+	}
 	return true
 }

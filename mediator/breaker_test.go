@@ -147,3 +147,57 @@ func TestBreakerTellsWhenItOpensAndCloses(t *testing.T) {
 		t.Errorf("changes: %s", got)
 	}
 }
+
+// recordChanges has b's changes written down as "host opened|closed".
+func recordChanges(b *mediator.Breakers) *[]string {
+	var changes []string
+	b.OnChange(func(host string, open bool) {
+		state := "closed"
+		if open {
+			state = "opened"
+		}
+		changes = append(changes, host+" "+state)
+	})
+	return &changes
+}
+
+// A reset closes an open breaker as a successful trial would, so the
+// alerts hear it close, and the host's next opening is an opening again
+// (breaker.opened), not a change they already knew of.
+func TestBreakerResetTellsItClosed(t *testing.T) {
+	b := mediator.NewBreakers(2, time.Minute)
+	changes := recordChanges(b)
+	const host = "down.example:443"
+	fail(t, b, host, 2)
+	b.Reset(host)
+	fail(t, b, host, 2)
+	// A breaker reset while closed was never told open: nothing to tell.
+	fail(t, b, "flaky.example:443", 1)
+	b.Reset("flaky.example:443")
+	if got := strings.Join(*changes, ", "); got != host+" opened, "+host+" closed, "+host+" opened" {
+		t.Errorf("changes: %s", got)
+	}
+}
+
+// A trial still running when its breaker is reset ends on a breaker the
+// host no longer has: its failure opens nothing the alerts hear of.
+func TestBreakerResetDuringTrialTellsNothingMore(t *testing.T) {
+	b := mediator.NewBreakers(1, 50*time.Millisecond)
+	changes := recordChanges(b)
+	const host = "down.example:443"
+	fail(t, b, host, 1)
+	var trial func(bool)
+	waitUntil(t, 5*time.Second, "the breaker lets a trial through", func() bool {
+		done, _, ok := b.Allow(host)
+		trial = done
+		return ok
+	})
+	b.Reset(host) // half-open: told closed
+	trial(true)
+	if _, _, ok := b.Allow(host); !ok {
+		t.Error("the host's new breaker refuses after the old one's trial failed")
+	}
+	if got := strings.Join(*changes, ", "); got != host+" opened, "+host+" closed" {
+		t.Errorf("changes: %s", got)
+	}
+}

@@ -155,6 +155,24 @@ func (s *Store) flushAlertsOnce(ctx context.Context, now time.Time, window time.
 	var made int
 	var hand = func(bool) {}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// Each window's cursor moves to the highest event id the flush
+		// sees, but ids are taken at insert, not at commit: an event whose
+		// transaction commits after a flush that saw a higher id (a
+		// subscription's trigger in a slower transaction, another
+		// replica's breaker) would fall behind the cursor and never be
+		// sent. SHARE mode conflicts with the ROW EXCLUSIVE lock an
+		// insert holds until its transaction ends, so the flush first
+		// waits for the inserts under way to commit (or roll back), and
+		// new ones wait for the flush to commit: every id below the
+		// cursor is then committed or never will be. Inserts are single
+		// statements or triggers that hold nothing the flush takes, so
+		// neither waits on the other in turn; flushes share the mode
+		// (none writes events), and the wait lasts one flush. Taken before
+		// any other statement, so each statement's snapshot (READ
+		// COMMITTED) sees those commits.
+		if _, err := tx.Exec(ctx, `LOCK TABLE dispatch_alert_event IN SHARE MODE`); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			WITH top AS (SELECT kind, max(id) AS top FROM dispatch_alert_event GROUP BY kind)
 			UPDATE dispatch_alert_window w SET prev_event_id = w.last_event_id, last_event_id = t.top, sent_at = $1

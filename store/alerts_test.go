@@ -96,3 +96,100 @@ func TestAlertStatesAndCountsAlertOnceAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// An event's id is taken when it is recorded, not when its transaction
+// commits: a subscription disabled in a transaction still open while
+// another's disable commits and a flush runs is alerted all the same, not
+// left behind the destination's cursor and never sent.
+func TestFlushAlertsSendsEventsCommittedLate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, pool := setup(t)
+	dest := &dispatch.AlertDestination{Name: "chat", Kind: dispatch.AlertSlack, URL: "https://hooks.example.com/services/x"}
+	if err := st.CreateAlertDestination(ctx, dest); err != nil {
+		t.Fatal(err)
+	}
+	named := func(name string) func(*dispatch.Subscription) {
+		return func(s *dispatch.Subscription) { s.Name = name }
+	}
+	slow, fast := createSubscription(t, st, named("slow-sub")), createSubscription(t, st, named("fast-sub"))
+	const disable = `UPDATE dispatch_subscription SET status = 'DISABLED', disabled_reason = 'by request' WHERE id = $1`
+
+	// The slow disable records its event (the lower id) and does not
+	// commit yet; the fast one records the next and commits.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below; a failed test lets a waiting flush go
+	if _, err := tx.Exec(ctx, disable, slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, disable, fast.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A flush runs meanwhile: it either ends or waits for the open
+	// transaction. Then the slow disable commits.
+	now := time.Now()
+	flushed := make(chan error, 1)
+	go func() {
+		_, err := st.FlushAlerts(ctx, now, time.Minute)
+		flushed <- err
+	}()
+	var flushErr error
+	done := false
+	deadline := time.After(10 * time.Second)
+	for !done {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE relation = 'dispatch_alert_event'::regclass AND NOT granted)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case flushErr = <-flushed:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the flush neither ended nor waited for the open transaction")
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !done {
+		flushErr = <-flushed
+	}
+	if flushErr != nil {
+		t.Fatal(flushErr)
+	}
+
+	// After the window, a flush sends whatever is left.
+	if _, err := st.FlushAlerts(ctx, now.Add(2*time.Minute), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := st.SearchJobs(ctx, dispatch.JobFilter{Source: dispatch.AlertSource}, 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, j := range jobs {
+		if j, err = st.GetJob(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Text string }
+		if err := json.Unmarshal([]byte(j.Payload), &body); err != nil {
+			t.Fatalf("payload %q: %v", j.Payload, err)
+		}
+		texts = append(texts, body.Text)
+	}
+	all := strings.Join(texts, "\n")
+	for _, name := range []string{"slow-sub", "fast-sub"} {
+		if !strings.Contains(all, name) {
+			t.Errorf("no alert names %s; the alerts sent:\n%s", name, all)
+		}
+	}
+}

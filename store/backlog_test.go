@@ -104,3 +104,86 @@ func TestBacklogReadsOnlyLiveJobs(t *testing.T) {
 		t.Errorf("backlog %+v, want 50 pending and unsent", b)
 	}
 }
+
+// A group whose first job backs off holds its later jobs back: the claim
+// refuses them and the queue keeps the group behind the first's pointer.
+// They are not behind, so they neither age the backlog (which would raise
+// DispatchFallingBehind and backlog.old for the whole backoff of one
+// failing target) nor, once stepped aside for their group, count as the
+// outbox's (DispatchOutboxNotDraining). The unsent count is what the
+// publisher then sends.
+func TestBacklogLeavesOutJobsHeldByTheirGroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		hold       func(t *testing.T, st *store.Store, second dispatch.Job, at time.Time) // the second job's pointer
+		wantUnsent int64
+	}{
+		{"queued behind the first", func(t *testing.T, st *store.Store, _ dispatch.Job, at time.Time) {
+			publishAll(t, st, at)
+		}, 0},
+		{"stepped aside for the first", func(t *testing.T, st *store.Store, second dispatch.Job, at time.Time) {
+			publishAll(t, st, at)
+			claim(t, st, second.ID, at, dispatch.ClaimBlocked) // marked unsent, with a new pointer generation
+		}, 0},
+		// A first pointer goes out at once, held or not (the queue keeps
+		// the group's order): it is the outbox's until sent, but it waits
+		// for its group, not for delivery.
+		{"first pointer not sent yet", func(*testing.T, *store.Store, dispatch.Job, time.Time) {}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := setup(t)
+			ctx := t.Context()
+			first := createJob(t, st, withGroup("customer-7"))
+			second := createJob(t, st, withGroup("customer-7"))
+			t0 := now()
+			failJob(t, st, first.ID, t0, t0.Add(time.Hour)) // backs off for an hour
+			tt.hold(t, st, second, t0.Add(time.Second))
+
+			at := t0.Add(2 * time.Second)
+			b, err := st.Backlog(ctx, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Pending != 1 || b.Failed != 1 || b.Unsent != tt.wantUnsent {
+				t.Errorf("backlog %+v, want 1 pending, 1 failed, %d unsent", b, tt.wantUnsent)
+			}
+			if b.OldestDue != nil {
+				t.Errorf("oldest due %v, want none: the only due job waits for its group", b.OldestDue)
+			}
+			if sent := publishAll(t, st, at); int64(sent) != b.Unsent {
+				t.Errorf("the publisher sent %d, the backlog counted %d unsent", sent, b.Unsent)
+			}
+
+			// Once the first is retried and delivered, the second waits
+			// for delivery.
+			later := t0.Add(time.Hour)
+			completeJob(t, st, first.ID, later)
+			if b, err = st.Backlog(ctx, later); err != nil {
+				t.Fatal(err)
+			}
+			if b.OldestDue == nil || !b.OldestDue.Equal(second.CreatedAt) {
+				t.Errorf("after the first finished: oldest due %v, want the second's creation %v", b.OldestDue, second.CreatedAt)
+			}
+		})
+	}
+}
+
+// publishAll sends every job due at now, as the publisher would, and
+// returns how many it sent.
+func publishAll(t *testing.T, st *store.Store, now time.Time) int {
+	t.Helper()
+	n, err := st.PublishDue(t.Context(), now, 100, func(due []dispatch.Unsent) ([]int64, error) {
+		ids := make([]int64, len(due))
+		for i, u := range due {
+			ids[i] = u.ID
+		}
+		return ids, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
