@@ -2,7 +2,10 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -386,5 +389,314 @@ func TestAMigrationBehindALongTransactionHoldsCreatesOnlyBriefly(t *testing.T) {
 	}
 	if err := store.CheckSchema(ctx, pool); err != nil {
 		t.Error(err)
+	}
+}
+
+// failedDoneParts maps each partition of dispatch_job to its index
+// attached to idx_dispatch_failed_done ("" for none; " (invalid)" after
+// the name of one that is not valid), and says whether
+// idx_dispatch_failed_done itself is valid.
+func failedDoneParts(t *testing.T, pool *pgxpool.Pool) (parts map[string]string, valid bool) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `
+		SELECT c.relname, COALESCE(x.relname || CASE WHEN ix.indisvalid THEN '' ELSE ' (invalid)' END, '')
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		LEFT JOIN (pg_inherits xi JOIN pg_class x ON x.oid = xi.inhrelid JOIN pg_index ix ON ix.indexrelid = x.oid)
+			ON xi.inhparent = 'idx_dispatch_failed_done'::regclass AND ix.indrelid = c.oid
+		WHERE i.inhparent = 'dispatch_job'::regclass`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts = map[string]string{}
+	var part, idx string
+	if _, err := pgx.ForEachRow(rows, []any{&part, &idx}, func() error { parts[part] = idx; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT indisvalid FROM pg_index WHERE indexrelid = 'idx_dispatch_failed_done'::regclass`).Scan(&valid); err != nil {
+		t.Fatal(err)
+	}
+	return parts, valid
+}
+
+// migrationCost is what a migration does to the history (jobs, attempts,
+// payloads, events, their keys and partitions) within its transaction,
+// which holds every lock it takes until it ends.
+type migrationCost struct {
+	read  int64         // rows of the history it read
+	built []string      // indexes it built on tables that hold rows
+	held  []string      // locks that a create waits for, "table mode"
+	took  time.Duration // its statements' time
+}
+
+// historyTables matches the names of the history's tables.
+const historyTables = `'^dispatch_(job|attempt|payload|event)'`
+
+// costOf runs the migration file name in a transaction on pool, sees what
+// it did, and rolls it back.
+func costOf(t *testing.T, pool *pgxpool.Pool, name string) migrationCost {
+	t.Helper()
+	ctx := t.Context()
+	sql, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // looked at, never kept
+	// (Within a transaction the counts of the transaction's backend are
+	// not flushed: the difference is the migration's.)
+	read := func() (n int64) {
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint
+			FROM pg_stat_xact_all_tables WHERE relname ~ `+historyTables).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	indexes := func() map[uint32]string {
+		rows, err := tx.Query(ctx, `SELECT x.oid, x.relname FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
+			JOIN pg_class c ON c.oid = i.indrelid WHERE c.relkind = 'r' AND c.relname ~ `+historyTables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byOID := map[uint32]string{}
+		var (
+			oid  uint32
+			name string
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&oid, &name}, func() error { byOID[oid] = name; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return byOID
+	}
+	var c migrationCost
+	read0, before := read(), indexes()
+	start := time.Now()
+	if _, err := tx.Exec(ctx, string(sql)); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	c.took = time.Since(start)
+	c.read = read() - read0
+	for oid, name := range indexes() {
+		if _, ok := before[oid]; !ok {
+			c.built = append(c.built, name)
+		}
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT c.relname || ' ' || l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		WHERE l.pid = pg_backend_pid() AND c.relkind IN ('r', 'p') AND c.relname ~ `+historyTables+`
+			AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.held, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Upgrading an installation with history holds creates only for catalog
+// changes after the partitions are made: no migration from 014 on reads
+// the history or builds an index of it inside its transaction, whose locks
+// creates wait for. (019 and 021 built idx_dispatch_failed_done over the
+// legacy partition, 021 under dispatch_job's exclusive lock.) The upkeep
+// then builds that index on the legacy partition without blocking writes
+// (replacing an interrupted build's invalid leftover), the partitions made
+// since got theirs when attached, and, every partition's attached, the
+// index is valid. The Overview's count reads the legacy partition through
+// it.
+func TestUpgradeBuildsTheFailedJobsIndexBesideCreates(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url, pool := beforePartitions(t)
+	start := time.Now().Add(-72 * time.Hour)
+	seedBeforePartitions(t, pool, start, 100_000)
+	if err := store.MigrateTo(ctx, url, 13); err != nil {
+		t.Fatal(err)
+	}
+	// Every migration after the partitions' own (010-013), one at a time,
+	// changes the catalog only: whatever lock it holds against creates
+	// (adding a column takes the table's exclusive lock), it reads no row
+	// of the history and builds no index of it meanwhile, and takes well
+	// under a second.
+	built := false // the legacy partition's part of idx_dispatch_failed_done
+	for v := int32(14); v <= store.MigrationsVersion(); v++ {
+		file, err := filepath.Glob(filepath.Join("migrations", fmt.Sprintf("%03d_*.sql", v)))
+		if err != nil || len(file) != 1 {
+			t.Fatalf("migration %03d: %v (%v)", v, file, err)
+		}
+		c := costOf(t, pool, file[0])
+		if c.read > 0 || len(c.built) > 0 || c.took > time.Second {
+			t.Errorf("%s on 100,000 jobs read %d rows of the history and built %v in %s, holding %v against creates; "+
+				"want no row read and no index built, well under a second", filepath.Base(file[0]), c.read, c.built, c.took.Round(time.Millisecond), c.held)
+		}
+		if err := store.MigrateTo(ctx, url, v); err != nil {
+			t.Fatal(err)
+		}
+		if v < 19 || built {
+			continue
+		}
+		if parts, valid := failedDoneParts(t, pool); valid || parts["dispatch_job_legacy"] != "" {
+			built = true
+			t.Errorf("after %s the legacy partition's part of idx_dispatch_failed_done is %q (the index is valid: %v); want none built yet",
+				filepath.Base(file[0]), parts["dispatch_job_legacy"], valid)
+		}
+	}
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	// A build of the upkeep that was interrupted left an invalid index
+	// under the name the upkeep builds.
+	if _, err := pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY dispatch_job_legacy_failed_done ON dispatch_job_legacy (source)`); err == nil {
+		t.Fatal("the leftover's build succeeded; want it to fail and leave an invalid index")
+	}
+	sealer, _ := store.NewSealer(make([]byte, 32), nil)
+	st, err := store.New(pool, store.Options{Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.MaintainHistory(ctx, time.Now(), store.History{Interval: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	parts, valid := failedDoneParts(t, pool)
+	if len(parts) < 2 {
+		t.Fatalf("job partitions %v, want the legacy one and those made ahead", parts)
+	}
+	for part, idx := range parts {
+		if idx == "" || strings.HasSuffix(idx, "(invalid)") {
+			t.Errorf("partition %s: idx_dispatch_failed_done's index %q, want a valid one attached", part, idx)
+		}
+	}
+	if parts["dispatch_job_legacy"] != "dispatch_job_legacy_failed_done" {
+		t.Errorf("the legacy partition's index is %q, want the upkeep's dispatch_job_legacy_failed_done", parts["dispatch_job_legacy"])
+	}
+	if !valid {
+		t.Error("idx_dispatch_failed_done is not valid with every partition's index attached")
+	}
+
+	if _, err := pool.Exec(ctx, `ANALYZE dispatch_job`); err != nil {
+		t.Fatal(err)
+	}
+	from := start.Add(10 * time.Hour)
+	var want int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM dispatch_job_legacy WHERE status IN ('ERROR', 'EXPIRED')
+		AND completed_at >= $1 AND completed_at < $2`, from, from.Add(time.Hour)).Scan(&want); err != nil || want == 0 {
+		t.Fatalf("%d failed jobs in the window (%v), want some", want, err)
+	}
+	e := explain(t, pool, true, store.FailedJobsQuery, from, from.Add(time.Hour))
+	var read bool
+	for _, v := range e.nodes {
+		switch {
+		case v["Relation Name"] != "dispatch_job_legacy":
+		case v["Index Name"] == "dispatch_job_legacy_failed_done":
+			read = true
+		default:
+			t.Errorf("the failed jobs' count reads the legacy partition by %v %v", v["Node Type"], v["Index Name"])
+		}
+	}
+	if !read {
+		t.Errorf("the failed jobs' count does not read the legacy partition through its index:\n%s", e.plan)
+	}
+}
+
+// A development database migrated with 019's first text (never released)
+// has the index of the jobs that ended undelivered built on every
+// partition without its completed_at term. Migration 021 declares it again
+// as 019 now does, and the upkeep builds and attaches each partition's.
+func TestMigration021ReplacesTheFirstFailedJobsIndex(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url, pool := beforePartitions(t)
+	if err := store.MigrateTo(ctx, url, 18); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		CREATE INDEX idx_dispatch_failed_done ON dispatch_job (completed_at) WHERE status IN ('ERROR', 'EXPIRED');
+		UPDATE dispatch_schema_version SET version = 19`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var def string
+	if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef('idx_dispatch_failed_done'::regclass)`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "completed_at IS NOT NULL") {
+		t.Errorf("idx_dispatch_failed_done after 021: %s; want its predicate to name completed_at", def)
+	}
+	sealer, _ := store.NewSealer(make([]byte, 32), nil)
+	st, err := store.New(pool, store.Options{Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.MaintainHistory(ctx, time.Now(), store.History{Interval: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	parts, valid := failedDoneParts(t, pool)
+	for part, idx := range parts {
+		if idx == "" || strings.HasSuffix(idx, "(invalid)") {
+			t.Errorf("partition %s: idx_dispatch_failed_done's index %q, want a valid one attached", part, idx)
+		}
+	}
+	if !valid || parts["dispatch_job_legacy"] != "dispatch_job_legacy_failed_done" {
+		t.Errorf("idx_dispatch_failed_done valid: %v, the legacy partition's %q; want it valid and built by the upkeep", valid, parts["dispatch_job_legacy"])
+	}
+}
+
+// Attaching a partition's part of idx_dispatch_failed_done waits for every
+// transaction that has read the partition, and every read and write of it
+// waits behind the attach: it gives up after a moment, and the pass goes
+// on without it (the index built serves its partition). The next pass,
+// once the reader has gone, attaches it.
+func TestAnAttachHeldUpByAReaderIsDoneByTheNextPass(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, pool := beforePartitions(t)
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	// A pass built the legacy partition's index and did not get to
+	// attach it; a transaction has read the partition since.
+	if _, err := pool.Exec(ctx, `CREATE INDEX CONCURRENTLY dispatch_job_legacy_failed_done ON dispatch_job_legacy (completed_at)
+		WHERE status IN ('ERROR', 'EXPIRED') AND completed_at IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	// (Read committed: between its statements it holds no snapshot, which
+	// a build would wait for, only its locks.)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }) }
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM dispatch_job_legacy WHERE status = 'ERROR'`); err != nil {
+		t.Fatal(err)
+	}
+	sealer, _ := store.NewSealer(make([]byte, 32), nil)
+	st, err := store.New(pool, store.Options{Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	passCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if _, err := st.MaintainHistory(passCtx, time.Now(), store.History{Interval: time.Hour}); err != nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("the pass beside the reader took %s: %v; want it done within seconds", time.Since(start).Round(time.Millisecond), err)
+	}
+	if parts, valid := failedDoneParts(t, pool); valid || parts["dispatch_job_legacy"] != "" {
+		t.Errorf("beside the reader the legacy partition's index is %q attached (the index is valid: %v); want it left for the next pass",
+			parts["dispatch_job_legacy"], valid)
+	}
+	release()
+	if _, err := st.MaintainHistory(ctx, time.Now(), store.History{Interval: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if parts, valid := failedDoneParts(t, pool); !valid || parts["dispatch_job_legacy"] != "dispatch_job_legacy_failed_done" {
+		t.Errorf("after the reader the legacy partition's index is %q attached (the index is valid: %v); want the one built, and valid",
+			parts["dispatch_job_legacy"], valid)
 	}
 }

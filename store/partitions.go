@@ -220,8 +220,10 @@ func (s *Store) maintain(ctx context.Context, conn *pgxpool.Conn, now time.Time,
 	}
 	defer restore()
 	err = created
-	if err == nil {
-		_, err = ensureMetadataIndexes(ctx, conn.Conn())
+	for _, ix := range partitionIndexes {
+		if err == nil {
+			err = ensurePartitionIndexes(ctx, conn.Conn(), ix)
+		}
 	}
 	if err == nil {
 		err = cleanMetadataPendingLists(ctx, conn.Conn(), now)
@@ -327,6 +329,10 @@ func createPartition(ctx context.Context, conn *pgx.Conn, parent, name string, l
 			ident, parent, parent, ident, lo, hi)); err != nil {
 			return err
 		}
+		// ATTACH has created the partition's part of every index the
+		// parent declares (idx_dispatch_failed_done among them, valid or
+		// not yet: PostgreSQL builds and attaches one for a partitioned
+		// index declared ON ONLY too); the searches' are its own.
 		if parent == "dispatch_job" {
 			ddl := strings.NewReplacer("$p", ident, "$m", pgx.Identifier{metadataIndexName(name)}.Sanitize()).Replace(jobSearchIndexes)
 			if _, err := tx.Exec(ctx, ddl); err != nil {
@@ -581,7 +587,7 @@ const metadataIndex = `USING GIN (metadata jsonb_path_ops) WITH (fastupdate = on
 	WHERE status IN (` + finishedStatuses + `)`
 
 // metadataIndexName is the name of partition's metadata index.
-func metadataIndexName(partition string) string { return partition + "_metadata_done" }
+func metadataIndexName(partition string) string { return partition + metadataDone.suffix }
 
 // cleanMetadataPendingLists merges the GIN pending list of the metadata
 // index of each job partition that ended before now into the index, so
@@ -591,54 +597,124 @@ func cleanMetadataPendingLists(ctx context.Context, conn *pgx.Conn, now time.Tim
 	_, err := conn.Exec(ctx, `
 		SELECT gin_clean_pending_list(x.oid)
 		FROM dispatch_partition p
-		JOIN pg_class x ON x.relname = p.name || '_metadata_done'
+		JOIN pg_class x ON x.relname = p.name || $2
 		JOIN pg_index ix ON ix.indexrelid = x.oid AND ix.indisvalid
-		WHERE p.parent = 'dispatch_job' AND p.to_time <= $1`, now)
+		WHERE p.parent = 'dispatch_job' AND p.to_time <= $1`, now, metadataDone.suffix)
 	return err
 }
 
-// ensureMetadataIndexes builds the metadata index of every job partition
-// that lacks one (those that were there before the index was kept per
-// partition, migration 023) without blocking writes: CREATE INDEX
-// CONCURRENTLY, one partition at a time. A build that was interrupted
+// failedDoneIndex is the definition of each job partition's part of
+// idx_dispatch_failed_done (migration 019), the Overview's count of the
+// jobs that ended undelivered (failedJobsQuery). It must match the
+// parent's, or attaching it fails.
+const failedDoneIndex = `(completed_at) WHERE status IN ('ERROR', 'EXPIRED') AND completed_at IS NOT NULL`
+
+// partitionIndex is an index of every job partition that the upkeep
+// builds itself on the partitions that lack it, without blocking writes:
+// CREATE INDEX CONCURRENTLY, one partition at a time. Migrations cannot:
+// CONCURRENTLY runs outside a transaction, and any other build holds
+// creates for as long as it reads the partition, the legacy one with the
+// whole history of an upgraded installation. A build that was interrupted
 // leaves an invalid index, which is dropped and built again.
-func ensureMetadataIndexes(ctx context.Context, conn *pgx.Conn) (int, error) {
+type partitionIndex struct {
+	suffix string // partition p's index is named p+suffix
+	def    string // what follows CREATE INDEX … ON p
+	// parent, if set, is a partitioned index of dispatch_job declared ON
+	// ONLY the parent: each partition's index is attached to it, and once
+	// every partition's is, PostgreSQL marks it valid. A partition that
+	// has one attached needs no build: ATTACH PARTITION creates it on each
+	// partition made after the parent's (createPartition), under its own
+	// name (p_completed_at_idx).
+	parent string
+}
+
+var (
+	// metadataDone is the metadata search's index (migration 023): new
+	// partitions get it from jobSearchIndexes.
+	metadataDone = partitionIndex{suffix: "_metadata_done", def: metadataIndex}
+	// failedDone is idx_dispatch_failed_done's part of each partition
+	// (migration 019).
+	failedDone = partitionIndex{suffix: "_failed_done", def: failedDoneIndex, parent: "idx_dispatch_failed_done"}
+)
+
+// partitionIndexes are the indexes the upkeep builds on the partitions
+// that lack them, in this order: the failed jobs' first, read by every
+// Overview and quick to build (it holds a few jobs of each partition).
+var partitionIndexes = []partitionIndex{failedDone, metadataDone}
+
+// ensurePartitionIndexes builds ix on every job partition that lacks it
+// (those that were there before it was declared: the legacy one of an
+// upgraded installation, those made before the migration that declared
+// it) and attaches it to its parent index, if it has one. A partition
+// being detached is left alone: it is going.
+func ensurePartitionIndexes(ctx context.Context, conn *pgx.Conn, ix partitionIndex) error {
 	rows, err := conn.Query(ctx, `
 		SELECT c.relname, ix.indisvalid
 		FROM pg_inherits i
 		JOIN pg_class c ON c.oid = i.inhrelid
-		LEFT JOIN pg_class x ON x.relname = c.relname || '_metadata_done' AND x.relnamespace = c.relnamespace
+		LEFT JOIN pg_class x ON x.relname = c.relname || $1 AND x.relnamespace = c.relnamespace
 		LEFT JOIN pg_index ix ON ix.indexrelid = x.oid
-		WHERE i.inhparent = 'dispatch_job'::regclass AND (ix.indisvalid IS NULL OR NOT ix.indisvalid)
-		ORDER BY c.relname`)
+		WHERE i.inhparent = 'dispatch_job'::regclass AND NOT i.inhdetachpending AND CASE
+			WHEN $2 = '' THEN ix.indisvalid IS NOT TRUE
+			ELSE NOT EXISTS (SELECT 1 FROM pg_index px
+				JOIN pg_inherits pi ON pi.inhrelid = px.indexrelid
+				JOIN pg_class pc ON pc.oid = pi.inhparent
+				WHERE px.indrelid = c.oid AND pc.relname = $2 AND pc.relnamespace = c.relnamespace)
+			END
+		ORDER BY c.relname`, ix.suffix, ix.parent)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	type missing struct {
-		name    string
-		invalid *bool
+		name  string
+		valid *bool // its index by name: nil, none
 	}
 	todo, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (missing, error) {
 		var m missing
-		return m, r.Scan(&m.name, &m.invalid)
+		return m, r.Scan(&m.name, &m.valid)
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	for i, m := range todo {
-		idx := pgx.Identifier{metadataIndexName(m.name)}.Sanitize()
-		if m.invalid != nil {
+	for _, m := range todo {
+		idx := pgx.Identifier{m.name + ix.suffix}.Sanitize()
+		built := m.valid != nil && *m.valid // by a pass whose attach did not get its lock
+		if m.valid != nil && !built {
 			if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+idx); err != nil {
-				return i, fmt.Errorf("drop invalid index %s: %w", idx, err)
+				return fmt.Errorf("drop invalid index %s: %w", idx, err)
 			}
 		}
-		if _, err := conn.Exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+idx+` ON `+
-			pgx.Identifier{m.name}.Sanitize()+` `+metadataIndex); err != nil {
-			return i, fmt.Errorf("build index %s: %w", idx, err)
+		if !built {
+			if _, err := conn.Exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+idx+` ON `+
+				pgx.Identifier{m.name}.Sanitize()+` `+ix.def); err != nil {
+				return fmt.Errorf("build index %s: %w", idx, err)
+			}
+		}
+		if ix.parent == "" {
+			continue
+		}
+		// Attaching changes the catalog only, but locks the partition's
+		// new index against every statement that reads or writes the
+		// partition: it waits at most a moment for them (and they for it).
+		// Should a long transaction hold the partition, the next pass
+		// attaches it; meanwhile the built index serves its partition.
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'; ALTER INDEX `+
+				pgx.Identifier{ix.parent}.Sanitize()+` ATTACH PARTITION `+idx)
+			return err
+		})
+		if pgCode(err) == lockNotAvailable {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("attach index %s to %s: %w", idx, ix.parent, err)
 		}
 	}
-	return len(todo), nil
+	return nil
 }
+
+// lockNotAvailable is 55P03, a lock_timeout that ran out.
+const lockNotAvailable = "55P03"
 
 // noPartition reports whether err is an insert's "no partition of relation
 // … found for row": the upkeep has not created the partition yet (a new

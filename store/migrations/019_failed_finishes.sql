@@ -3,5 +3,21 @@
 -- successful attempt, so the delivered ones are counted from the attempts'
 -- covering index (idx_attempt_stats); the jobs that ended undelivered
 -- (ERROR, EXPIRED) are counted here, by when they ended. Partial: a
--- delivered job adds no entry, so a delivery costs what it did.
-CREATE INDEX idx_dispatch_failed_done ON dispatch_job (completed_at) WHERE status IN ('ERROR', 'EXPIRED');
+-- delivered job adds no entry, so a delivery costs what it did. Its
+-- predicate names completed_at, which the count's time range implies and
+-- a search for a subscription's newest failed jobs does not: the planner
+-- uses it for the count only, and reaches a subscription's jobs through
+-- idx_dispatch_subscription_done (a walk back through every failed job of
+-- every subscription, for one that never failed the whole walk, otherwise).
+--
+-- Declared on the parent only (ON ONLY): no partition is read, and the
+-- lock it takes on dispatch_job lasts a catalog change. Built here, the
+-- index would read every partition, the legacy one with the whole history
+-- of an upgraded installation, holding every create meanwhile. It is
+-- invalid until each partition has its part attached: PostgreSQL creates
+-- that part on each partition attached from now on, and dispatch's
+-- partition upkeep builds it on those already there with CREATE INDEX
+-- CONCURRENTLY, one at a time, and attaches it (store/partitions.go,
+-- failedDone). Until then the count reads such a partition without it.
+CREATE INDEX idx_dispatch_failed_done ON ONLY dispatch_job (completed_at)
+    WHERE status IN ('ERROR', 'EXPIRED') AND completed_at IS NOT NULL;
