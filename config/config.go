@@ -425,8 +425,11 @@ func (r *reader) str(name, def string) string {
 func (r *reader) addr(name, def string) string {
 	v := r.str(name, def)
 	_, port, err := net.SplitHostPort(v)
-	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
-		r.fail(name, "must be host:port with a port from 0 to 65535, such as :8080 (got %q)", v)
+	if err == nil && port != "" {
+		_, err = net.LookupPort("tcp", port) // a number to 65535, or a service name such as http
+	}
+	if err != nil || port == "" {
+		r.fail(name, "must be host:port with a port from 0 to 65535 (or a service name), such as :8080 (got %q)", v)
 	}
 	return v
 }

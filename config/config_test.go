@@ -232,7 +232,8 @@ func TestLoadRejectsValue(t *testing.T) {
 		{"max fanout bytes below 1 MiB", "DISPATCH_MAX_FANOUT_BYTES", "1000"},
 		{"max fanout bytes above 64 GiB", "DISPATCH_MAX_FANOUT_BYTES", "68719476737"},
 		{"port past 65535", "DISPATCH_HTTP_ADDR", ":99999"},
-		{"port a name", "DISPATCH_ROUTER_ADDR", "localhost:router"},
+		{"port an unknown service", "DISPATCH_ROUTER_ADDR", "localhost:no-such-service"},
+		{"port missing", "DISPATCH_ROUTER_ADDR", "localhost:"},
 		{"database URL with a bad port", "DATABASE_URL", "postgres://u@db:notaport/x"},
 		{"database URL with a bad sslmode", "DATABASE_URL", "postgres://u@db/x?sslmode=sometimes"},
 		{"shutdown timeout without a unit", "DISPATCH_SHUTDOWN_TIMEOUT", "45"}, // not also "below the delivery timeout"

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -133,7 +132,7 @@ func deletesToRetry(e error) ([]string, error) {
 		return nil, e
 	}
 	if n := de.Failed - len(de.Retry); n > 0 {
-		return de.Retry, fmt.Errorf("queue: %d deletes failed: %s", n, de.Message)
+		return de.Retry, &queue.DeleteError{Failed: n, Message: de.Message}
 	}
 	return de.Retry, nil
 }

@@ -154,6 +154,50 @@ func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
 	once.Do(func() { close(unblock) })
 }
 
+// A message given back because its pool is full comes back after a
+// second or two the first time, however often the queue has handed it out
+// before (retries, a grouped job's rechecks): the delay doubles with the
+// times its pool was full, not with its receive count.
+func TestAFullPoolsFirstReturnIsSoonWhateverTheReceiveCount(t *testing.T) {
+	t.Parallel()
+	q := sqstest.New(t, 30*time.Second)
+	rq := q.Open(t)
+	slow := []int{2000, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009}
+	sendEach(t, rq, "SLOW", slow...)
+	for range 6 { // each handed out six times before the router sees it
+		msgs, err := rq.Receive(t.Context(), 10, 0, 0, "")
+		if err != nil || len(msgs) != len(slow) {
+			t.Fatalf("receive: %d messages, %v; want %d", len(msgs), err, len(slow))
+		}
+		back := make([]queue.Visibility, len(msgs))
+		for i, m := range msgs {
+			back[i] = queue.Visibility{Receipt: m.Receipt}
+		}
+		if err := rq.ChangeVisibilityBatch(t.Context(), back); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unblock := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+	r, err := router.New(rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { <-unblock; return nil }}, router.Config{
+		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
+		DefaultPool: "FAST", Buffer: 2,
+		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, r)
+	var first int64
+	eventually(t, 10*time.Second, func() bool { first = r.Stats()[0].PoolFull; return first >= 5 },
+		"the slow pool's messages beyond its room given back")
+	eventually(t, 8*time.Second, func() bool { return r.Stats()[0].PoolFull >= first+5 },
+		"the messages given back received again, within seconds, and given back again")
+	once.Do(func() { close(unblock) })
+}
+
 // A delete the queue refuses (the router's role lacks sqs:DeleteMessage)
 // is a warning on /monitoring/warnings and a metric, not a log line
 // alone: each finished message comes back and, grouped, holds its group.

@@ -116,13 +116,16 @@ type Router struct {
 	groups    map[string]int       // held messages per group
 	groupPool map[string]*Pool     // the pool holding a group's messages
 	holds     map[string]hold      // groups waiting for a failed message to come back
-	warned    map[string]bool      // unknown pool codes already logged
-	stopping  bool
-	stopped   chan struct{} // closed as stopping is set
-	warnings  warnings
-	reserved  int           // messages asked for by receives under way
-	loops     int           // receive loops, of all queues
-	space     chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
+	// bounced: the messages lately given back because their pool was full,
+	// by message id, with the delay they went back for (fullPoolDelay).
+	bounced  map[string]bounce
+	warned   map[string]bool // unknown pool codes already logged
+	stopping bool
+	stopped  chan struct{} // closed as stopping is set
+	warnings warnings
+	reserved int           // messages asked for by receives under way
+	loops    int           // receive loops, of all queues
+	space    chan struct{} // closed when held shrinks, for receives waiting for room (nil: none waits)
 
 	queueNames []string    // the queues consumed, named in the requests for new jobs (intake)
 	notOffered atomic.Bool // the API answered that it offers this router no new jobs (intake)
@@ -236,7 +239,7 @@ func New(q *queue.Queue, med Mediator, cfg Config) (*Router, error) {
 	r := &Router{
 		med: med, cfg: cfg, log: cfg.Logger.With("component", "router"),
 		pools: map[string]*Pool{}, held: map[heldKey]*message{}, groups: map[string]int{}, groupPool: map[string]*Pool{},
-		holds: map[string]hold{}, warned: map[string]bool{}, stopped: make(chan struct{}),
+		holds: map[string]hold{}, bounced: map[string]bounce{}, warned: map[string]bool{}, stopped: make(chan struct{}),
 	}
 	r.adminToken = dispatch.NewTokens(cfg.AdminToken)
 	for _, sc := range srcs {
@@ -570,12 +573,13 @@ func (r *Router) accept(s *source, qm queue.Message) *message {
 		// rest: a message beyond its room, which a job handed over in
 		// process took meanwhile, waits in its lane as before.)
 		p.full.Add(1)
-		r.holdGroup(m, fullPoolDelay(m.ReceiveCount))
+		r.holdGroup(m, r.fullPoolDelay(m.ID, time.Now()))
 		return m
 	}
 	if r.cfg.Tracer.Enabled() {
 		m.traced = r.startReceive(s, qm, ptr, p)
 	}
+	delete(r.bounced, m.ID)
 	r.hold(m)
 	p.add(m)
 	return nil
@@ -592,14 +596,44 @@ const holdGrace = 2 * time.Second
 // for the first time (one to two times it, spread).
 const poolFullDelay = time.Second
 
-// fullPoolDelay is how long a message for a full pool, received
-// receiveCount times, is given back for: twice as long each time it comes
-// back to a pool still full, up to 32 to 64 s. A pool's backlog, given
-// back and received again every second or two, would otherwise fill
-// every receive, and the queue's messages for the other pools, behind it,
-// would not be received until it had drained.
-func fullPoolDelay(receiveCount int) time.Duration {
-	d := poolFullDelay << (min(max(receiveCount, 1), 6) - 1)
+// maxPoolFullDelay is the longest a message for a full pool is given back
+// for (up to twice it, spread); maxBounced bounds the messages whose
+// last delay is remembered.
+const (
+	maxPoolFullDelay = 32 * time.Second
+	maxBounced       = 10000
+)
+
+// bounce is how long a message went back for, its pool full, and when.
+type bounce struct {
+	delay time.Duration
+	at    time.Time
+}
+
+// fullPoolDelay is how long the message id, for a full pool, is given
+// back for (lock held): twice as long each time it comes back to a pool
+// still full, from 1–2 s up to 32–64 s. A pool's backlog, given back and
+// received again every second or two, would otherwise fill every receive,
+// and the queue's messages for the other pools, behind it, would not be
+// received until it had drained. Counted here, not from the queue's
+// receive count: retries and a grouped job's rechecks count there too.
+// Past maxBounced messages remembered, the pool is swamped: a message not
+// remembered goes back for the longest.
+func (r *Router) fullPoolDelay(id string, now time.Time) time.Duration {
+	d := poolFullDelay
+	if b, ok := r.bounced[id]; ok && now.Sub(b.at) < 2*b.delay+time.Minute {
+		d = min(2*b.delay, maxPoolFullDelay)
+	} else if len(r.bounced) >= maxBounced {
+		for k, b := range r.bounced {
+			if now.Sub(b.at) >= 2*b.delay+time.Minute {
+				delete(r.bounced, k)
+			}
+		}
+		if len(r.bounced) >= maxBounced {
+			return maxPoolFullDelay + rand.N(maxPoolFullDelay)
+		}
+	}
+	r.bounced[id] = bounce{delay: d, at: now}
 	return d + rand.N(d)
 }
 

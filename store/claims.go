@@ -414,7 +414,10 @@ func pointerDueBack(ctx context.Context, tx pgx.Tx, id int64, now, until time.Ti
 	if latest := now.Add(dispatch.MaxVisibilityDelay); until.After(latest) {
 		until = latest
 	}
-	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2, send_lease = NULL WHERE id = $1 AND queued_at IS NOT NULL`, id, until)
+	// A pointer back again early (a grouped job's recheck each minute)
+	// finds the row as the last one left it: no write then.
+	_, err := tx.Exec(ctx, `UPDATE dispatch_job SET queued_at = $2, send_lease = NULL
+		WHERE id = $1 AND queued_at IS NOT NULL AND (queued_at <> $2 OR send_lease IS NOT NULL)`, id, until)
 	return err
 }
 

@@ -348,7 +348,7 @@ func (v Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 // again with 425 Too Early. Two different jobs signed in the same
 // millisecond with identical bodies share a key too; 425 is retried, and
 // the retry carries a new timestamp, so the second is delivered a moment
-// later rather than lost. With STANDARD_WEBHOOKS the id is signed (the key
+// later (unless that was its last attempt). With STANDARD_WEBHOOKS the id is signed (the key
 // is the id and the timestamp), and deduplicating on the id is enough.
 func ReplayKey(h http.Header, payload []byte) string {
 	if id := h.Get(HeaderWebhookID); h.Get(HeaderWebhookSignature) != "" {

@@ -17,13 +17,19 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM starts a graceful stop; a second one ends
+	// the process at once. Both are taken by one handler, registered before
+	// anything runs, so that no second signal can fall between the two.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
-		// The first signal starts a graceful stop; a second one ends the
-		// process at once, as Go does by default.
-		<-ctx.Done()
+		<-signals
 		stop()
+		<-signals
+		fmt.Fprintln(os.Stderr, "dispatch: a second signal: stopping at once")
+		os.Exit(1)
 	}()
 	go procs.Adapt(ctx, os.Getenv)
 	if err := app.Run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr); err != nil {
