@@ -156,10 +156,11 @@ function parseTree(text) {
     const c = text[i];
     if (c === '{' || c === '[') {
       const obj = c === '{';
-      const node = obj ? { kind: 'object', members: [] } : { kind: 'array', items: [] };
+      const node = obj ? { kind: 'object', members: [], start: i } : { kind: 'array', items: [], start: i };
+      const close = () => { node.end = i; return node; };
       i++;
       ws();
-      if (text[i] === (obj ? '}' : ']')) { i++; return node; }
+      if (text[i] === (obj ? '}' : ']')) { i++; return close(); }
       for (;;) {
         if (obj) {
           ws();
@@ -173,7 +174,7 @@ function parseTree(text) {
         }
         ws();
         if (text[i] === ',') { i++; continue; }
-        if (text[i] === (obj ? '}' : ']')) { i++; return node; }
+        if (text[i] === (obj ? '}' : ']')) { i++; return close(); }
         fail();
       }
     }
@@ -208,10 +209,20 @@ class RawJSON {
   }
 
   // pretty is the value indented by two spaces, as JSON.stringify(v, null, 2).
-  pretty() { return this.format(this.node, '\n', '  ', ': '); }
+  pretty() { return this.formatted('\n', '  ', ': '); }
 
   // compact is the value on one line, as JSON.stringify(v).
-  compact() { return this.format(this.node, '', '', ':'); }
+  compact() { return this.formatted('', '', ':'); }
+
+  // formatted is the value formatted, or its text as written when it nests
+  // deeper than the page's stack can format (the API takes 10,000 levels).
+  formatted(nl, step, colon) {
+    try {
+      return this.format(this.node, nl, step, colon);
+    } catch {
+      return this.text.slice(this.node.start, this.node.end);
+    }
+  }
 
   format(n, nl, step, colon, indent = '') {
     const inner = indent + step;

@@ -68,15 +68,19 @@ func hangingReceiver(t *testing.T) *httptest.Server {
 // TestConsoleOverviewInSplitMode looks at the Overview as an operator on
 // call would, with the API and two routers in separate processes and
 // delivery falling behind: a job whose receiver does not answer holds its
-// group, so the next job of the group waits, due, and the backlog says so;
-// both routers' pools show, and a router that stops says so.
+// group, so the next job of the group waits behind it (not behind
+// dispatch: it does not age the backlog), and a job sent to a queue no
+// router reads waits, due, and the backlog says so; both routers' pools
+// show, and a router that stops says so.
 func TestConsoleOverviewInSplitMode(t *testing.T) {
 	t.Parallel()
 	sqstest.SetEnv()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)
+	unread := sqstest.New(t, 30*time.Second) // the API may send to it; no router reads it
 	slow := map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s"} // the held delivery stays IN_PROGRESS
-	in := startWith(t, "api", dbURL, q, slow)
+	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s",
+		"DISPATCH_QUEUE_URL": "", "DISPATCH_QUEUES": q.URL + "," + unread.URL})
 	slow["DISPATCH_PROCESS_URL"] = in.apiURL + "/api/dispatch/process"
 	startWith(t, "router", dbURL, q, slow)
 	rc := hangingReceiver(t)
@@ -89,6 +93,8 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	second := startWith(t, "router", dbURL, q, slow)
 	waiting := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok",
 		"payload": `{"n":2}`, "groupId": "customer-1"})
+	stranded := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok",
+		"payload": `{"n":5}`, "queueUrl": unread.URL})
 	done := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/ok", "payload": `{"n":3}`})
 	retried := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL + "/flaky", "payload": `{"n":4}`})
 	in.waitStatus(done.ID, 30*time.Second, "COMPLETED")
@@ -120,13 +126,18 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	b := newBrowser(t, in.apiURL)
 	b.signIn()
 	b.waitFor("the backlog", `!!document.querySelector('#backlog')`)
-	// The held job's successor has waited since it was created: the
-	// oldest wait counts up from there.
+	// The stranded job has waited since it was created: the oldest wait
+	// counts up from there (the held job's successor, older, waits on its
+	// group, not on dispatch).
 	b.waitFor("a wait of at least 2 s", `/^([2-9]|\d\d+) s$|min|h$/.test(document.querySelector('#backlog-oldest .mini-value').textContent)`)
-	for sel, want := range map[string]string{"#backlog-pending .mini-value": "1", "#backlog-in-progress .mini-value": "1",
+	if got, want := b.text("#backlog-oldest .mini-sub"), "due since"; !strings.Contains(got, want) {
+		t.Errorf("under the oldest wait: %q, want %q", got, want)
+	}
+	for sel, want := range map[string]string{"#backlog-pending .mini-value": "2", "#backlog-in-progress .mini-value": "1",
 		"#backlog-failed .mini-value": "0"} {
 		if got := b.text(sel); got != want {
-			t.Errorf("%s reads %q, want %q (job %s holds its group, %s waits behind it)", sel, got, want, held.ID, waiting.ID)
+			t.Errorf("%s reads %q, want %q (job %s holds its group, %s waits behind it, %s on a queue no router reads)",
+				sel, got, want, held.ID, waiting.ID, stranded.ID)
 		}
 	}
 	if got := b.text("#backlog-queue .mini-sub"); !strings.Contains(got, "in flight") || !strings.Contains(got, q.Name) {
@@ -200,8 +211,8 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 		return !!r && !!r.querySelector('[data-pool="DISPATCH-POOL"]') && !!r.querySelector('.router-old') && !r.querySelector('[data-queue]') })()`)
 	b.shot("20c-overview-older-router")
 	b.do("follow the pending count", chromedp.Click(chromedp.ID("backlog-pending")))
-	b.waitFor("the pending job", `location.hash === '#/jobs?status=PENDING' && (() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
-		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(waiting.ID)+` })()`)
+	b.waitFor("the pending jobs", `location.hash === '#/jobs?status=PENDING' && (() => { const ids = [...document.querySelectorAll('#jobs-table tbody tr')].map((r) => r.dataset.id).sort();
+		return ids.length === 2 && ids.includes(`+quoteJS(waiting.ID)+`) && ids.includes(`+quoteJS(stranded.ID)+`) })()`)
 
 	// Subscriptions: one endpoint answers, the other is gone; each row
 	// says how its deliveries went, the failing one with its error.
