@@ -41,6 +41,22 @@ func sendEach(t *testing.T, rq *queue.Queue, pool string, ids ...int) {
 	}
 }
 
+// slowAndFast is a router over rq with two pools, SLOW (one at a time)
+// and FAST (four, the default), and a buffer of two.
+func slowAndFast(t *testing.T, rq *queue.Queue, med router.Mediator) *router.Router {
+	t.Helper()
+	r, err := router.New(rq, med, router.Config{
+		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
+		DefaultPool: "FAST", Buffer: 2,
+		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // A pool whose target is slow (but answers) does not stop the router from
 // receiving the other pools' messages: each pool holds at most its
 // concurrency and its share of the buffer.
@@ -63,15 +79,7 @@ func TestASlowPoolDoesNotHoldUpTheOthers(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
-	r, err := router.New(rq, med, router.Config{
-		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
-		DefaultPool: "FAST", Buffer: 2,
-		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := slowAndFast(t, rq, med)
 	runUntilCleanup(t, r)
 	slow := make([]int, 20)
 	for i := range slow {
@@ -128,15 +136,7 @@ func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
 		fast.Add(1)
 		return nil
 	}}
-	r, err := router.New(rq, med, router.Config{
-		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
-		DefaultPool: "FAST", Buffer: 2,
-		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := slowAndFast(t, rq, med)
 	slow := make([]int, 500)
 	for i := range slow {
 		slow[i] = 1000 + i
@@ -180,15 +180,7 @@ func TestAFullPoolsFirstReturnIsSoonWhateverTheReceiveCount(t *testing.T) {
 	unblock := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
-	r, err := router.New(rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { <-unblock; return nil }}, router.Config{
-		Pools:       []router.PoolConfig{{Code: "SLOW", Concurrency: 1}, {Code: "FAST", Concurrency: 4}},
-		DefaultPool: "FAST", Buffer: 2,
-		ReceiveWait: time.Second, MediationTimeout: time.Minute, ShutdownTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := slowAndFast(t, rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { <-unblock; return nil }})
 	runUntilCleanup(t, r)
 	var first int64
 	eventually(t, 10*time.Second, func() bool { first = r.Stats()[0].PoolFull; return first >= 5 },

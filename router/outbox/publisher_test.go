@@ -101,6 +101,30 @@ func startPublisherWith(t *testing.T, q *queue.Queue, store outbox.Store, cfg ou
 	return p, stop
 }
 
+// proxiedQueue opens sq's queue through a loopback proxy whose handler is
+// serve (forward sends a request on to the stand-in as it is), with
+// callTimeout (0: the queue's default).
+func proxiedQueue(t *testing.T, sq sqstest.Queue, callTimeout time.Duration, serve func(w http.ResponseWriter, r *http.Request, forward http.Handler)) *queue.Queue {
+	t.Helper()
+	target, err := url.Parse(sq.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serve(w, r, forward) }))
+	t.Cleanup(proxy.Close)
+	cfg := sq.Config()
+	cfg.Endpoint = proxy.URL
+	if callTimeout > 0 {
+		cfg.CallTimeout = callTimeout
+	}
+	q, err := queue.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 func handed(mark time.Time, ids ...int64) []dispatch.Unsent {
 	us := make([]dispatch.Unsent, len(ids))
 	for i, id := range ids {
@@ -178,16 +202,11 @@ func TestUnsentHandedPointersGoBackToTheOutbox(t *testing.T) {
 // hand-offs.
 func TestAPointerSQSFailedOnItsSideIsSentAgain(t *testing.T) {
 	sq := sqstest.New(t, 30*time.Second)
-	target, err := url.Parse(sq.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
 	var (
 		mu     sync.Mutex
 		failed int // entries answered as failed on SQS's side
 	)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	q := proxiedQueue(t, sq, 0, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		mu.Lock()
 		fail := failed == 0 && r.Header.Get("X-Amz-Target") == "AmazonSQS.SendMessageBatch"
 		if fail {
@@ -230,14 +249,7 @@ func TestAPointerSQSFailedOnItsSideIsSentAgain(t *testing.T) {
 		out.Failed = append(out.Failed, map[string]any{"Id": first, "SenderFault": false, "Code": "InternalError", "Message": "try again"})
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		_ = json.NewEncoder(w).Encode(out)
-	}))
-	defer proxy.Close()
-	cfg := sq.Config()
-	cfg.Endpoint = proxy.URL
-	q, err := queue.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	store := &fakeOutbox{}
 	p, _ := startPublisher(t, q, store)
 	mark := time.Now().Truncate(time.Microsecond)
@@ -280,22 +292,10 @@ func TestAPointerSQSFailedOnItsSideIsSentAgain(t *testing.T) {
 // the stand-in), so hand-offs outpace sends and always wait.
 func TestSteadyHandOffsDoNotStarveTheOutbox(t *testing.T) {
 	sq := sqstest.New(t, 30*time.Second)
-	target, err := url.Parse(sq.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	q := proxiedQueue(t, sq, 0, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		time.Sleep(2 * time.Millisecond)
 		forward.ServeHTTP(w, r)
-	}))
-	defer slow.Close()
-	cfg := sq.Config()
-	cfg.Endpoint = slow.URL
-	q, err := queue.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	store := &fakeOutbox{}
 	p, _ := startPublisher(t, q, store)
 	eventually(t, 10*time.Second, func() bool { passes, _ := store.progress(); return passes > 0 },
@@ -392,16 +392,11 @@ func TestHandOffsAreSentWhileTheOutboxHasWork(t *testing.T) {
 // outbox meanwhile.
 func TestAFullOutboxStillConfirmsAndTakesHandOffsAgain(t *testing.T) {
 	sq := sqstest.New(t, 30*time.Second)
-	target, err := url.Parse(sq.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
 	var (
 		mu   sync.Mutex
 		down = true // SQS answers 500 to the hand-off's send while down
 	)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	q := proxiedQueue(t, sq, time.Second, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			t.Error(err)
@@ -419,14 +414,7 @@ func TestAFullOutboxStillConfirmsAndTakesHandOffsAgain(t *testing.T) {
 			return
 		}
 		forward.ServeHTTP(w, r)
-	}))
-	defer proxy.Close()
-	cfg := sq.Config()
-	cfg.Endpoint, cfg.CallTimeout = proxy.URL, time.Second
-	q, err := queue.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	outbox := &endlessOutbox{}
 	p, _ := startPublisher(t, q, outbox)
 	p.Hand([]dispatch.Unsent{{ID: 11, Mark: time.Now()}}, 0)
