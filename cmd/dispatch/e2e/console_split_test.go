@@ -77,7 +77,8 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	sqstest.SetEnv()
 	dbURL := storetest.NewDatabase(t)
 	q := sqstest.New(t, 30*time.Second)
-	unread := sqstest.New(t, 30*time.Second) // the API may send to it; no router reads it
+	// A queue the API may send to and no router reads.
+	unread := sqstest.New(t, 30*time.Second)
 	slow := map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s"} // the held delivery stays IN_PROGRESS
 	in := startWith(t, "api", dbURL, q, map[string]string{"DISPATCH_DELIVERY_TIMEOUT": "2m", "DISPATCH_SHUTDOWN_TIMEOUT": "2m10s",
 		"DISPATCH_QUEUE_URL": "", "DISPATCH_QUEUES": q.URL + "," + unread.URL})
