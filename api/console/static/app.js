@@ -59,11 +59,18 @@ function route() {
   for (const a of document.querySelectorAll('.nav-link')) {
     a.classList.toggle('active', a.dataset.path === parts[0]);
   }
-  clear(main);
+  // Each page draws into an element of its own, which the next route
+  // takes off the page: an answer that arrives after the operator moved on
+  // is drawn where nobody sees it, never over the page they moved to. A
+  // page whose answer would do more than draw (open another page, take a
+  // note meant for the next page) first checks that its element is still
+  // shown (view.isConnected).
+  const view = h('div', { class: 'view' });
+  clear(main, view);
   try {
-    stopPage = page(main, params) || null;
+    stopPage = page(view, params) || null;
   } catch (e) {
-    clear(main, errorBox(e));
+    clear(view, errorBox(e));
   }
 }
 

@@ -6,13 +6,18 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // bigNumbers is JSON whose numbers a JavaScript number cannot hold as
@@ -228,4 +233,223 @@ func overCap(u string, page int) ([]byte, error) {
 	v["totalPages"] = json.RawMessage(strconv.Itoa((10000 + size - 1) / size))
 	v["totalExact"] = json.RawMessage("false")
 	return json.Marshal(v)
+}
+
+// TestConsoleMetadataWithCommas searches jobs by a metadata value with a
+// comma in it, from a shared address and from the form, pages on, and
+// edits a subscription whose filter has such a value: the comma is kept
+// everywhere, never taken for the end of a pair.
+func TestConsoleMetadataWithCommas(t *testing.T) {
+	t.Parallel()
+	in := start(t, "api", nil) // no router: the jobs stay PENDING
+	rc := newReceiver(t, nil)
+	job := func(tenant string) string {
+		return in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL, "payload": `{}`,
+			"metadata": map[string]string{"tenant": tenant}}).ID
+	}
+	var comma []string // tenant "acme,inc", oldest first: a page of 25 and one more
+	for range 26 {
+		comma = append(comma, job("acme,inc"))
+	}
+	other := job("acme")
+	type sub struct {
+		ID     string            `json:"id"`
+		URL    string            `json:"url"`
+		Filter map[string]string `json:"filter"`
+	}
+	var s sub
+	if code := in.do("POST", "/api/dispatch/subscriptions", apiToken, map[string]any{"name": "Acme, Inc. orders", "url": rc.URL + "/old",
+		"eventTypes": []string{"order.*"}, "filter": map[string]string{"tenant": "acme,inc", "region": "eu"}}, &s); code != http.StatusCreated {
+		t.Fatalf("create the subscription: %d", code)
+	}
+
+	b := newBrowser(t, in.apiURL)
+	b.signIn()
+
+	// A shared address: tenant "acme,inc" only, on the first page and the next.
+	rows := `document.querySelectorAll('#jobs-table tbody tr')`
+	b.visit("#/jobs?metadata.tenant=acme%2Cinc")
+	b.waitFor("the first page of tenant acme,inc", rows+`.length === 25 && document.querySelector('#jobs-count').textContent.startsWith('26 jobs')`)
+	if got := eval[string](b, `document.getElementById('f-metadata').value`); got != "tenant=acme,inc" {
+		t.Errorf("the metadata filter reads %q, want tenant=acme,inc", got)
+	}
+	b.do("older", chromedp.Click(chromedp.ID("jobs-older")))
+	b.waitFor("the second page, the oldest job of tenant acme,inc", `(() => { const rows = `+rows+`;
+		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(comma[0])+` })()`)
+	if n := b.requested("GET /api/dispatch/jobs?metadata.tenant=acme%2Cinc&page=1&size=25"); n == 0 {
+		t.Error("the second page was not read with metadata.tenant=acme%2Cinc")
+	}
+	if got := eval[string](b, `location.hash`); got != "#/jobs?metadata.tenant=acme%2Cinc&page=1" {
+		t.Errorf("the second page's address is %s", got)
+	}
+
+	// Typed in the form, Enter to search: the comma stays in the value.
+	b.visit("#/jobs")
+	b.waitFor("every job", `document.querySelector('#jobs-count') && document.querySelector('#jobs-count').textContent.startsWith('27 jobs')`)
+	b.do("search tenant=acme,inc", chromedp.SendKeys(chromedp.ID("f-metadata"), "tenant=acme,inc"+kb.Enter))
+	b.waitFor("the jobs of tenant acme,inc", `location.hash === '#/jobs?metadata.tenant=acme%2Cinc' && !!document.querySelector('#jobs-count') &&
+		document.querySelector('#jobs-count').textContent.startsWith('26 jobs') && `+rows+`.length === 25`)
+	if eval[bool](b, `!!document.querySelector('#jobs-table tr[data-id="`+other+`"]')`) {
+		t.Errorf("the search for tenant acme,inc shows job %s of tenant acme", other)
+	}
+	b.shot("40-jobs-metadata-with-a-comma")
+	// A line that is not key=value is said, not dropped (the search would
+	// be wider than asked).
+	b.do("search with a bad line", chromedp.SetValue(chromedp.ID("f-metadata"), "tenant=acme,inc\nregion"), chromedp.Click(chromedp.ID("search")))
+	b.waitFor("the refusal", `!!document.querySelector('#job-filters-status .alert-error') &&
+		document.querySelector('#job-filters-status').textContent.includes('"region" is not key=value')`)
+	b.shot("40b-jobs-metadata-refused")
+	if got := eval[string](b, `location.hash`); got != "#/jobs?metadata.tenant=acme%2Cinc" {
+		t.Errorf("after a filter that could not be read the address is %s, want the last search's", got)
+	}
+
+	// A subscription whose filter has a comma in a value: its edit form
+	// shows each pair on a line, and a change of its URL alone saves.
+	b.visit("#/subscriptions/" + s.ID)
+	b.waitFor("the edit form", `!!document.querySelector('#subscription-form') && document.getElementById('sub-name').value === 'Acme, Inc. orders'`)
+	if got := eval[string](b, `document.getElementById('sub-filter').value.split('\n').sort().join(' | ')`); got != "region=eu | tenant=acme,inc" {
+		t.Errorf("the filter field reads %q, want region=eu and tenant=acme,inc on lines of their own", got)
+	}
+	b.do("change the URL", chromedp.SetValue(chromedp.ID("sub-url"), rc.URL+"/new"))
+	b.shot("41-subscription-filter-with-a-comma")
+	b.do("save", chromedp.Click(chromedp.ID("save-subscription")))
+	b.waitFor("saved", `location.hash === '#/subscriptions' && !!document.querySelector('#saved')`)
+	var saved sub
+	in.do("GET", "/api/dispatch/subscriptions/"+s.ID, apiToken, nil, &saved)
+	if saved.URL != rc.URL+"/new" || len(saved.Filter) != 2 || saved.Filter["tenant"] != "acme,inc" || saved.Filter["region"] != "eu" {
+		t.Errorf("after the edit the subscription is %+v, want the new URL and the filter as it was", saved)
+	}
+	b.waitFor("the subscription listed with its filter", `!!document.querySelector('tr[data-id="`+s.ID+`"]')`)
+	if got := b.text(`tr[data-id="` + s.ID + `"] .filter-note`); got != "where region=eu and tenant=acme,inc" {
+		t.Errorf("the subscriptions list says %q of its filter", got)
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		t.Errorf("uncaught exception in the page: %s", e)
+	}
+}
+
+// TestConsoleSlowPageLeftBehind opens a subscription whose answer is slow
+// and, before it comes, opens Jobs: the answer, when it comes, leaves the
+// Jobs page as it is.
+func TestConsoleSlowPageLeftBehind(t *testing.T) {
+	t.Parallel()
+	in := start(t, "api", nil)
+	rc := newReceiver(t, nil)
+	jobID := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL, "payload": `{}`}).ID
+	var sub struct {
+		ID string `json:"id"`
+	}
+	if code := in.do("POST", "/api/dispatch/subscriptions", apiToken, map[string]any{"name": "Slow to load", "url": rc.URL,
+		"eventTypes": []string{"order.*"}}, &sub); code != http.StatusCreated {
+		t.Fatalf("create the subscription: %d", code)
+	}
+
+	b := newBrowser(t, in.apiURL)
+	// The browser holds the subscription's answer until released.
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	releaseAnswer := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAnswer)
+	b.answer(`*/api/dispatch/subscriptions/`+sub.ID, func(*url.URL) (int, []byte, bool) {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-b.ctx.Done():
+		}
+		return 0, nil, false // sent on to dispatch
+	})
+	b.signIn()
+
+	b.visit("#/subscriptions/" + sub.ID)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the subscription page did not ask for the subscription")
+	}
+	b.waitFor("the subscription loading", `location.hash === `+quoteJS("#/subscriptions/"+sub.ID)+` && !!document.querySelector('#main .loading')`)
+	// Jobs, while the subscription's answer is held (visit would wait for it).
+	if err := chromedp.Do(b.ctx, chromedp.Evaluate[chromedp.Void](`location.hash = '#/jobs'`)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the jobs table", `(() => { const rows = document.querySelectorAll('#jobs-table tbody tr');
+		return rows.length === 1 && rows[0].dataset.id === `+quoteJS(jobID)+` })()`)
+	releaseAnswer()
+	b.do("settle after the subscription's answer")
+	if n := b.requested("GET /api/dispatch/subscriptions/" + sub.ID); n != 1 {
+		t.Fatalf("the subscription was asked for %d times, want once", n)
+	}
+	b.shot("42-jobs-after-a-slow-subscription")
+	if got := eval[string](b, `location.hash + ' · ' + document.querySelector('#main h1').textContent`); got != "#/jobs · Jobs" {
+		t.Errorf("after the subscription's answer came the page is %q, want the Jobs page", got)
+	}
+	if eval[bool](b, `!!document.querySelector('#subscription-form')`) || !eval[bool](b, `!!document.querySelector('#jobs-table')`) {
+		t.Error("the subscription's late answer replaced the Jobs page with its form")
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		t.Errorf("uncaught exception in the page: %s", e)
+	}
+}
+
+// TestConsoleOverviewInUTC looks at the Overview's charts in a browser
+// whose time zone is not UTC (Asia/Kolkata, UTC+5:30): their times are
+// UTC, as every other time in the console, and they say so.
+func TestConsoleOverviewInUTC(t *testing.T) {
+	t.Parallel()
+	in := start(t, "all", nil)
+	rc := newReceiver(t, nil)
+	id := in.createJob(map[string]any{"source": "shop", "type": "order.paid", "targetUrl": rc.URL, "payload": `{}`}).ID
+	in.waitStatus(id, 30*time.Second, "COMPLETED")
+
+	b := newBrowser(t, in.apiURL)
+	if _, err := chromedp.Call(b.ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"}); err != nil {
+		t.Fatalf("set the browser's time zone: %v", err)
+	}
+	b.signIn()
+	if off := eval[int](b, `new Date().getTimezoneOffset()`); off != -330 {
+		t.Fatalf("the browser's clock is %d minutes behind UTC, want Asia/Kolkata's -330", off)
+	}
+	b.waitFor("the charts", `document.querySelectorAll('.uplot').length === 2`)
+	legend := `document.querySelector('.uplot .u-legend .u-series:first-child `
+	if got := eval[string](b, legend+`.u-label').textContent`); got != "Time (UTC)" {
+		t.Errorf("the deliveries chart's legend names its time %q, want Time (UTC)", got)
+	}
+
+	// Point at the last minute of the deliveries chart: the legend says
+	// when it began, in UTC.
+	at := eval[[]float64](b, `(() => { const o = document.querySelector('.uplot .u-over'); o.scrollIntoView({ block: 'center' });
+		const r = o.getBoundingClientRect(); return [r.right - 2, r.top + r.height / 2]; })()`)
+	b.do("point at the last minute", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, at[0], at[1]))
+	b.waitFor("the legend's time", legend+`.u-value').textContent !== '--'`)
+	shown := eval[string](b, legend+`.u-value').textContent`)
+	b.shot("43-overview-in-utc")
+	now := time.Now().UTC()
+	last, err := time.Parse("2006-01-02 3:04pm", shown)
+	if err != nil {
+		t.Fatalf("the legend's time reads %q: %v", shown, err)
+	}
+	if last.After(now) || last.Before(now.Add(-5*time.Minute)) {
+		t.Errorf("the last minute of the chart reads %q; it is %s UTC (in Kolkata %s)", shown,
+			now.Format("2006-01-02 15:04"), now.Add(330*time.Minute).Format("2006-01-02 15:04"))
+	}
+	// The heading says when the page was updated, in UTC too.
+	updated := regexp.MustCompile(`updated (\d\d):\d\d:\d\d UTC$`).FindStringSubmatch(b.text("#overview-updated"))
+	if updated == nil || (updated[1] != now.Format("15") && updated[1] != now.Add(-5*time.Minute).Format("15")) {
+		t.Errorf("the Overview's heading reads %q, want the time it was updated in UTC (%s)", b.text("#overview-updated"), now.Format("15:04"))
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		t.Errorf("uncaught exception in the page: %s", e)
+	}
 }

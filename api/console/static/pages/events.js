@@ -127,7 +127,7 @@ export function subscriptionsPage(main, params) {
       h('td', {}, statusChip(s.status), s.disabledReason ? h('div', { class: 'small muted reason', title: s.disabledReason }, s.disabledReason) : null),
       h('td', { class: 'sub-health' }, healthCell(s)),
       h('td', {}, typeList(s.eventTypes),
-        Object.keys(s.filter).length ? h('div', { class: 'small muted filter-note' }, 'where ', Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join(', ')) : null),
+        Object.keys(s.filter).length ? h('div', { class: 'small muted filter-note' }, 'where ', Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join(' and ')) : null),
       cell);
   }
 
@@ -154,12 +154,12 @@ export function subscriptionsPage(main, params) {
   return null;
 }
 
-// pairs reads "k=v" (or "K: v" for headers) entries, one per line or
-// comma-separated; bad entries are reported, not dropped.
-function pairs(text, sep, label, problems, commas = true) {
+// pairs reads "k=v" (or "K: v" for headers) entries, one per line, so a
+// value may hold commas; bad entries are reported, not dropped.
+function pairs(text, sep, label, problems) {
   const out = {};
-  for (const part of text.split(commas ? /[,\n]/ : /\n/)) {
-    const s = part.trim();
+  for (const line of text.split('\n')) {
+    const s = line.trim();
     if (!s) continue;
     const i = s.indexOf(sep);
     if (i <= 0) { problems.push({ field: label, message: `"${s}" is not ${sep === '=' ? 'key=value' : 'Name: value'}` }); continue; }
@@ -168,6 +168,9 @@ function pairs(text, sep, label, problems, commas = true) {
   return out;
 }
 
+// subscriptionPage shows one subscription with its form, or the form of
+// a new one. An answer that arrives after the operator opened another page
+// is dropped (main, the page's own element, is no longer shown).
 export function subscriptionPage(main, id) {
   const isNew = id === 'new';
   clear(main, h('div', { class: 'loading' }, 'Loading…'));
@@ -180,9 +183,11 @@ export function subscriptionPage(main, id) {
         api.get('/api/admin/dispatch/credentials?size=100').catch(() => ({ items: [] })),
       ]);
     } catch (e) {
+      if (!main.isConnected) return;
       clear(main, h('div', { class: 'page-head' }, h('div', {}, h('a', { href: '#/subscriptions', class: 'back' }, '← Subscriptions'), h('h1', {}, 'Subscription'))), errorBox(e));
       return;
     }
+    if (!main.isConnected) return;
     render(sub, creds.items);
   })();
 
@@ -192,7 +197,8 @@ export function subscriptionPage(main, id) {
     const name = inp('name', s.name, { required: true, placeholder: 'orders to billing' });
     const url = inp('url', s.url, { required: true, type: 'url', placeholder: 'https://billing.example.com/hooks' });
     const types = inp('eventTypes', s.eventTypes.join(', '), { required: true, placeholder: 'order.created, invoice.*' });
-    const filter = inp('filter', Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join(', '), { placeholder: 'region=eu, tenant=acme' });
+    const filter = h('textarea', { name: 'filter', id: 'sub-filter', rows: Math.max(2, Object.keys(s.filter).length), placeholder: 'region=eu\ntenant=acme' });
+    filter.value = Object.entries(s.filter).map(([k, v]) => `${k}=${v}`).join('\n');
     const headers = h('textarea', { name: 'headers', id: 'sub-headers', rows: 3, placeholder: 'X-Team: billing' });
     headers.value = Object.entries(s.headers).map(([k, v]) => `${k}: ${v}`).join('\n');
     const credSel = h('select', { name: 'credentialsId', id: 'sub-credentialsId' },
@@ -213,7 +219,7 @@ export function subscriptionPage(main, id) {
       h('div', { class: 'filter-row' }, field('Name', name), field('Endpoint URL', url, true)),
       h('div', { class: 'filter-row' },
         field('Event types (exact, prefix.* or *; comma-separated)', types, true),
-        field('Metadata filter (key=value; all must match)', filter, true)),
+        field('Metadata filter (one key=value per line; all must match)', filter, true)),
       h('div', { class: 'filter-row' },
         field('Signing credentials', credSel), field('Attempts', retries), field('Retry strategy', strategy),
         field('Ordering key', ordering), field('Rate limit / s', rate)),
@@ -234,7 +240,7 @@ export function subscriptionPage(main, id) {
         maxRetries: Number(retries.value), retryStrategy: strategy.value,
       };
       const f = pairs(filter.value, '=', 'filter', problems);
-      const hd = pairs(headers.value, ':', 'headers', problems, false);
+      const hd = pairs(headers.value, ':', 'headers', problems);
       // On create an empty optional field is left out; on edit it is
       // cleared with null.
       const opt = (k, v, isEmpty) => { if (!isEmpty) body[k] = v; else if (!isNew) body[k] = null; };
@@ -249,6 +255,8 @@ export function subscriptionPage(main, id) {
         const out = isNew
           ? await api.post('/api/dispatch/subscriptions', body)
           : await api.patch('/api/dispatch/subscriptions/' + encodeURIComponent(id), body);
+        // The operator opened another page meanwhile: stay there.
+        if (!main.isConnected) { toast(`${out.name} ${isNew ? 'created' : 'saved'}; it is ${out.status}`); return; }
         flash = isNew && body.verify ? handshakeResult(out)
           : h('div', { class: 'alert alert-ok', id: 'saved' }, `${out.name} ${isNew ? 'created' : 'saved'}; it is ${out.status}.`);
         location.hash = '#/subscriptions';
@@ -261,6 +269,7 @@ export function subscriptionPage(main, id) {
     const act = async (what) => {
       try {
         const out = await api.post(`/api/dispatch/subscriptions/${encodeURIComponent(id)}/${what}`);
+        if (!main.isConnected) { toast(`${out.name} is ${out.status}`); return; }
         flash = what === 'verify' || (what === 'enable' && out.status !== 'ACTIVE') ? handshakeResult(out)
           : h('div', { class: 'alert alert-ok', id: 'saved' }, `${out.name} is ${out.status}.`);
         subscriptionPage(main, id);

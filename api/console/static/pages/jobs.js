@@ -37,13 +37,18 @@ function filtersFromParams(p) {
   return f;
 }
 
-function parseMetadata(text) {
+// parseMetadata reads the metadata filter: one key=value per line, so a
+// value may hold commas (and any other character but a line break). A
+// line that is not key=value is reported, not dropped: dropped, the search
+// would be wider than the operator asked.
+function parseMetadata(text, problems) {
   const out = [];
-  for (const part of text.split(/[,\n]/)) {
-    const s = part.trim();
+  for (const line of text.split('\n')) {
+    const s = line.trim();
     if (!s) continue;
     const i = s.indexOf('=');
-    if (i > 0) out.push([s.slice(0, i).trim(), s.slice(i + 1).trim()]);
+    if (i <= 0) { problems.push({ field: 'metadata', message: `"${s}" is not key=value (one pair per line)` }); continue; }
+    out.push([s.slice(0, i).trim(), s.slice(i + 1).trim()]);
   }
   return out;
 }
@@ -68,6 +73,11 @@ export function jobsPage(main, params) {
     return h('button', { type: 'button', class: 'chip-toggle chip-' + s.toLowerCase().replace('_', '-') + (on ? ' on' : ''), 'aria-pressed': String(on), dataset: { status: s },
       onclick: (ev) => { ev.currentTarget.classList.toggle('on'); ev.currentTarget.setAttribute('aria-pressed', String(ev.currentTarget.classList.contains('on'))); submit(); } }, s);
   }));
+  const formStatus = h('div', { id: 'job-filters-status' }); // a filter that could not be read
+  // Enter searches, as in the other fields; Shift+Enter starts another pair.
+  const metadata = h('textarea', { name: 'metadata', id: 'f-metadata', rows: Math.max(2, f.metadata.length),
+    value: f.metadata.map(([k, v]) => `${k}=${v}`).join('\n'), placeholder: 'tenant=Acme, Inc.\norderId=1234',
+    onkeydown: (ev) => { if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); submit(); } } });
   const field = (name, label, value, type = 'text', placeholder = '') => h('label', { class: 'field' }, h('span', {}, label),
     h('input', { name, type, value, placeholder, id: 'f-' + name }));
   const form = h('form', { class: 'filters card', id: 'job-filters' },
@@ -77,11 +87,12 @@ export function jobsPage(main, params) {
       field('createdAfter', 'Created after (UTC)', f.createdAfter, 'datetime-local'),
       field('createdBefore', 'Created before (UTC)', f.createdBefore, 'datetime-local')),
     h('div', { class: 'filter-row' },
-      h('label', { class: 'field field-wide' }, h('span', {}, 'Metadata (key=value, comma-separated; all must match)'),
-        h('input', { name: 'metadata', id: 'f-metadata', value: f.metadata.map(([k, v]) => `${k}=${v}`).join(', '), placeholder: 'orderId=1234, tenant=acme' })),
+      h('label', { class: 'field field-wide' }, h('span', {}, 'Metadata (one key=value per line, Shift+Enter for the next; a value may contain commas; all must match)'),
+        metadata),
       h('div', { class: 'filter-actions' },
         h('button', { type: 'submit', class: 'btn btn-primary', id: 'search' }, 'Search'),
-        h('button', { type: 'button', class: 'btn btn-ghost', onclick: () => { location.hash = auto.checked ? '#/jobs' : '#/jobs?refresh=0'; } }, 'Clear'))));
+        h('button', { type: 'button', class: 'btn btn-ghost', onclick: () => { location.hash = auto.checked ? '#/jobs' : '#/jobs?refresh=0'; } }, 'Clear'))),
+    formStatus);
   // Auto-refresh is on unless the address says refresh=0: a search, a
   // status chip or a page keeps the choice. Ticking it changes the address
   // in place (no reload).
@@ -91,28 +102,44 @@ export function jobsPage(main, params) {
   clear(main, h('div', { class: 'page-head' }, h('h1', {}, 'Jobs'),
     h('label', { class: 'toggle' }, auto, ' Auto-refresh every 5 s')), form, results);
 
-  function current({ page = 0, before = '' } = {}) {
+  // fromForm is the search the form asks for (its first page), or null
+  // when a filter cannot be read: the form says why.
+  function fromForm() {
     const fd = new FormData(form);
+    const problems = [];
+    const metadata = parseMetadata(fd.get('metadata'), problems);
+    if (problems.length) {
+      clear(formStatus, errorBox({ message: 'The metadata filter could not be read', details: problems }));
+      return null;
+    }
+    clear(formStatus);
     return {
       status: [...chips.querySelectorAll('.on')].map((b) => b.dataset.status),
       source: fd.get('source').trim(), type: fd.get('type').trim(), groupId: fd.get('groupId').trim(),
       createdAfter: fd.get('createdAfter'), createdBefore: fd.get('createdBefore'),
-      metadata: parseMetadata(fd.get('metadata')), page, before, refresh: auto.checked,
+      metadata, page: 0, before: '', refresh: auto.checked,
     };
   }
-  function submit(at) {
-    const target = hashOf(current(at));
+  function go(next) {
+    const target = hashOf(next);
     if (location.hash === target) load(); else location.hash = target;
+  }
+  function submit() {
+    const next = fromForm();
+    if (next) go(next);
   }
   form.addEventListener('submit', (ev) => { ev.preventDefault(); submit(); });
 
+  // load shows the search the address holds (f). Newer and Older page
+  // through that search, not through what the form holds now: an edit
+  // not searched yet changes no page.
   async function load() {
     const q = filtersToQuery(f);
     if (!q.has('size')) q.set('size', '25');
     try {
       const res = await api.get('/api/dispatch/jobs?' + q);
       rerender(results, res.items.length
-        ? h('div', { class: 'card card-flush' }, jobsTable(res.items), pager(res, 'job', f, submit, 'jobs'))
+        ? h('div', { class: 'card card-flush' }, jobsTable(res.items), pager(res, 'job', f, (at) => go({ ...f, ...at }), 'jobs'))
         : h('div', { class: 'card' }, empty('No jobs match these filters', 'Widen the filters or clear them.')));
     } catch (e) {
       clear(results, errorBox(e));
@@ -214,7 +241,7 @@ export function jobPage(main, id) {
       const j = await api.post(`/api/dispatch/jobs/${encodeURIComponent(id)}/${what}`);
       if (what === 'replay') {
         toast(`Replayed as job ${j.id}`);
-        location.hash = '#/jobs/' + j.id;
+        if (main.isConnected) location.hash = '#/jobs/' + j.id; // not when the operator opened another page meanwhile
         return;
       }
       toast('Job cancelled');

@@ -15,24 +15,30 @@ function card(label, value, sub, id) {
     h('div', { class: 'stat-value' }, value), h('div', { class: 'stat-sub' }, sub || ''));
 }
 
+// utc is uPlot's clock for the charts: UTC, as every other time in the
+// console and the "Created after (UTC)" filters (uPlot's default is the
+// browser's time zone).
+const utc = (ts) => uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC');
+
 function chart(el, title, series, data, yLabel) {
   const box = h('div', { class: 'card chart' }, h('h3', {}, title));
   el.append(box);
   const width = Math.max(300, box.clientWidth - 34); // the card's inner width, once laid out
   const opts = {
     width, height: 220,
+    tzDate: utc,
     scales: { x: { time: true } },
     axes: [{ stroke: '#6b7280', grid: { stroke: '#eef0f3' } },
       { stroke: '#6b7280', grid: { stroke: '#eef0f3' }, label: yLabel, size: 60 }],
     legend: { live: true },
-    series: [{}, ...series.map((x) => ({ points: { show: false }, ...x }))],
+    series: [{ label: 'Time (UTC)' }, ...series.map((x) => ({ points: { show: false }, ...x }))],
   };
   return new uPlot(opts, data, box);
 }
 
 export function overviewPage(main) {
-  const header = h('div', { class: 'page-head' }, h('h1', {}, 'Overview'),
-    h('span', { class: 'muted', id: 'overview-updated' }, 'Last hour, per minute'));
+  const updated = h('span', { class: 'muted', id: 'overview-updated' }, 'Last hour, per minute');
+  const header = h('div', { class: 'page-head' }, h('h1', {}, 'Overview'), updated);
   const body = h('div', { id: 'overview' }, h('div', { class: 'loading' }, 'Loading…'));
   clear(main, header, body);
   let plots = [];
@@ -49,7 +55,7 @@ export function overviewPage(main) {
         api.get('/api/dispatch/backlog'),
       ]);
     } catch (e) {
-      clear(body, errorBox(e));
+      if (!stopped) clear(body, errorBox(e));
       return;
     }
     if (stopped) return;
@@ -92,7 +98,7 @@ export function overviewPage(main) {
           { label: 'p99', stroke: '#db2777', width: 2, value: (u, v) => ms(v, true), points: { show: true, size: 5 } }],
         [xs, stats.buckets.map((b) => b.p50Millis), stats.buckets.map((b) => b.p99Millis)], 'ms'));
     }
-    document.getElementById('overview-updated').textContent = 'Last hour, per minute · updated ' + new Date().toLocaleTimeString();
+    updated.textContent = `Last hour, per minute · updated ${new Date().toISOString().slice(11, 19)} UTC`;
   }
 
   load();
