@@ -205,11 +205,7 @@ func TestUpkeepOutwaitsTheStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(short.Close)
-	sealer, _ := store.NewSealer(make([]byte, 32), nil)
-	st, err := store.New(short, store.Options{PartitionInterval: time.Minute, Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storeOn(t, short, store.Options{PartitionInterval: time.Minute})
 	t0 := time.Now()
 	done := createJob(t, st)
 	completeJob(t, st, done.ID, now())
@@ -552,11 +548,7 @@ func TestUpgradeBuildsTheFailedJobsIndexBesideCreates(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY dispatch_job_legacy_failed_done ON dispatch_job_legacy (source)`); err == nil {
 		t.Fatal("the leftover's build succeeded; want it to fail and leave an invalid index")
 	}
-	sealer, _ := store.NewSealer(make([]byte, 32), nil)
-	st, err := store.New(pool, store.Options{Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storeOn(t, pool, store.Options{})
 	if _, err := st.MaintainHistory(ctx, time.Now(), store.History{Interval: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -627,11 +619,7 @@ func TestMigration021ReplacesTheFirstFailedJobsIndex(t *testing.T) {
 	if !strings.Contains(def, "completed_at IS NOT NULL") {
 		t.Errorf("idx_dispatch_failed_done after 021: %s; want its predicate to name completed_at", def)
 	}
-	sealer, _ := store.NewSealer(make([]byte, 32), nil)
-	st, err := store.New(pool, store.Options{Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storeOn(t, pool, store.Options{})
 	if _, err := st.MaintainHistory(ctx, time.Now(), store.History{Interval: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -676,11 +664,7 @@ func TestAnAttachHeldUpByAReaderIsDoneByTheNextPass(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT count(*) FROM dispatch_job_legacy WHERE status = 'ERROR'`); err != nil {
 		t.Fatal(err)
 	}
-	sealer, _ := store.NewSealer(make([]byte, 32), nil)
-	st, err := store.New(pool, store.Options{Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storeOn(t, pool, store.Options{})
 	start := time.Now()
 	passCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -699,4 +683,16 @@ func TestAnAttachHeldUpByAReaderIsDoneByTheNextPass(t *testing.T) {
 		t.Errorf("after the reader the legacy partition's index is %q attached (the index is valid: %v); want the one built, and valid",
 			parts["dispatch_job_legacy"], valid)
 	}
+}
+
+// storeOn is a Store over pool as the tests here open it (a key of
+// zeroes: nothing here is sealed).
+func storeOn(t *testing.T, pool *pgxpool.Pool, opts store.Options) *store.Store {
+	t.Helper()
+	opts.Sealer, _ = store.NewSealer(make([]byte, 32), nil)
+	st, err := store.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -107,11 +107,7 @@ func TestConsoleJobAndEventPages(t *testing.T) {
 		t.Errorf("the event's data reads\n%s\nwant its numbers as written", got)
 	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }
 
 // TestConsoleJobsPaging pages through the jobs list: the auto-refresh
@@ -196,11 +192,7 @@ func TestConsoleJobsPaging(t *testing.T) {
 	b.waitFor("the newest jobs", `document.querySelectorAll('#jobs-table tbody tr').length === 25 &&
 		document.querySelector('#jobs-count').textContent === '10,000+ jobs · page 1 of 400+'`)
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }
 
 // overCap reads a page of jobs from the API and answers it as page page of
@@ -324,11 +316,7 @@ func TestConsoleMetadataWithCommas(t *testing.T) {
 		t.Errorf("the subscriptions list says %q of its filter", got)
 	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }
 
 // TestConsoleSlowPageLeftBehind opens a subscription whose answer is slow
@@ -393,11 +381,7 @@ func TestConsoleSlowPageLeftBehind(t *testing.T) {
 		t.Error("the subscription's late answer replaced the Jobs page with its form")
 	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }
 
 // TestConsoleOverviewInUTC looks at the Overview's charts in a browser
@@ -447,9 +431,5 @@ func TestConsoleOverviewInUTC(t *testing.T) {
 		t.Errorf("the Overview's heading reads %q, want the time it was updated in UTC (%s)", b.text("#overview-updated"), now.Format("15:04"))
 	}
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }

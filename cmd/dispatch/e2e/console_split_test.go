@@ -289,9 +289,5 @@ func TestConsoleOverviewInSplitMode(t *testing.T) {
 	}
 	b.shot("22-job-attempt-headers")
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.noUncaughtErrors()
 }

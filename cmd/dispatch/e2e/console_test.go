@@ -42,6 +42,17 @@ type browser struct {
 	stopped  chan struct{}
 }
 
+// noUncaughtErrors fails the test for each exception the page did not
+// catch.
+func (b *browser) noUncaughtErrors() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		b.t.Errorf("uncaught exception in the page: %s", e)
+	}
+}
+
 func newBrowser(t *testing.T, base string) *browser {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
@@ -526,16 +537,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	self := strings.TrimPrefix(in.apiURL, "http://")
 	for host, n := range b.hosts {
 		if host != self {
 			t.Errorf("the console made %d requests to another host, %s", n, host)
 		}
 	}
-	for _, e := range b.errs {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
+	b.mu.Unlock()
+	b.noUncaughtErrors()
 }
 
 // countAll is the number of jobs.
