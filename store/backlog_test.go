@@ -171,6 +171,62 @@ func TestBacklogLeavesOutJobsHeldByTheirGroup(t *testing.T) {
 	}
 }
 
+// The backlog finds each group's first live job once, not an earlier live
+// job for each job held: one failing target's group of 200,000 held jobs
+// made it 200,000 look-ups, and the read ran past its timeout, so
+// /metrics lost the backlog and the Overview its numbers exactly while a
+// target was down (docs/benchmarks.md, "A long-held group").
+func TestBacklogLooksUpAHeldGroupOnce(t *testing.T) {
+	t.Parallel()
+	st, pool := setup(t)
+	ctx := t.Context()
+	const held = 90 // publishAll sends 100 at most
+	batch := make([]*dispatch.Job, held+1)
+	for i := range batch {
+		batch[i] = newJob(withGroup("down"))
+	}
+	jobs, _, err := st.CreateJobs(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := now().Add(time.Second)
+	publishAll(t, st, t0)
+	failJob(t, st, jobs[0].ID, t0, t0.Add(time.Hour))
+	// Half the held jobs stepped aside (their pointers came by early).
+	for _, j := range jobs[1 : 1+held/2] {
+		claim(t, st, j.ID, t0.Add(time.Second), dispatch.ClaimBlocked)
+	}
+	free := createJob(t, st)
+
+	at := t0.Add(2 * time.Second)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	var b dispatch.Backlog
+	if err := tx.QueryRow(ctx, store.BacklogQuery, at).Scan(&b.Pending, &b.InProgress, &b.Failed, &b.Unsent, &b.OldestDue); err != nil {
+		t.Fatal(err)
+	}
+	var calls int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(calls), 0) FROM pg_stat_xact_user_functions
+		WHERE funcname = 'dispatch_live_predecessor'`).Scan(&calls); err != nil {
+		t.Fatal(err)
+	}
+	if calls > 1 {
+		t.Errorf("the backlog looked up an earlier live job %d times for one group of %d held jobs", calls, held)
+	}
+	if b.Pending != held+1 || b.Failed != 1 || b.Unsent != 1 {
+		t.Errorf("backlog %+v, want %d pending, 1 failed, 1 unsent (the job without a group)", b, held+1)
+	}
+	if b.OldestDue == nil || !b.OldestDue.Equal(free.CreatedAt) {
+		t.Errorf("oldest due %v, want the job without a group's creation %v", b.OldestDue, free.CreatedAt)
+	}
+}
+
 // publishAll sends every job due at now, as the publisher would, and
 // returns how many it sent.
 func publishAll(t *testing.T, st *store.Store, now time.Time) int {

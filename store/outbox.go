@@ -162,6 +162,35 @@ func (s *Store) PublishDueExcept(ctx context.Context, now time.Time, limit int, 
 	return len(sent), nil
 }
 
+// requeueStaleSQL marks unsent the live jobs whose pointer should have
+// come back before $1 and has not: a job queued, due and not claimed since
+// then. A job behind a live one of its group is left alone, whatever its
+// age: the queue holds its pointer behind the group's first, and it can be
+// delivered only once that one is done. Sent again, each would wait in the
+// outbox, to be tested for its group on every pass (a long outage of one
+// group's target left 200,000 there, and each pass took seconds); should
+// its pointer be lost, it is sent again once it leads its group and has
+// still had no news. The group heads are looked up once per group.
+const requeueStaleSQL = `
+		WITH stale AS (
+			SELECT id, group_id, seq FROM dispatch_job
+			WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND queued_at IS NOT NULL
+				AND next_attempt_at < $1 AND queued_at < $1
+				AND (claimed_until IS NULL OR claimed_until < $1)
+		), heads AS (
+			SELECT g.group_id, (SELECT h.seq FROM dispatch_job h
+				WHERE h.group_id = g.group_id AND h.status IN ('PENDING', 'IN_PROGRESS', 'FAILED')
+				ORDER BY h.seq LIMIT 1) AS seq
+			FROM (SELECT DISTINCT group_id FROM stale WHERE group_id IS NOT NULL) g
+		)
+		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1
+		WHERE id = ANY (ARRAY(
+				SELECT s.id FROM stale s LEFT JOIN heads h ON h.group_id = s.group_id
+				WHERE s.group_id IS NULL OR s.seq IS NULL OR s.seq <= h.seq))
+			AND status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND queued_at IS NOT NULL
+			AND next_attempt_at < $1 AND queued_at < $1
+			AND (claimed_until IS NULL OR claimed_until < $1)`
+
 // skipList is skip as the statement takes it: never NULL (<> ALL of NULL
 // is NULL, which would select nothing).
 func skipList(skip []string) []string {
@@ -194,11 +223,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, requeueAfter time.Dura
 	}
 	requeued = tag.RowsAffected()
 	stale := now.Add(-requeueAfter)
-	tag, err = s.pool.Exec(ctx, `
-		UPDATE dispatch_job SET queued_at = NULL, pointer_gen = pointer_gen + 1
-		WHERE status IN ('PENDING', 'IN_PROGRESS', 'FAILED') AND queued_at IS NOT NULL
-			AND next_attempt_at < $1 AND queued_at < $1
-			AND (claimed_until IS NULL OR claimed_until < $1)`, stale)
+	tag, err = s.pool.Exec(ctx, requeueStaleSQL, stale)
 	if err != nil {
 		return expired, requeued, fmt.Errorf("store: requeue stale jobs: %w", err)
 	}

@@ -728,6 +728,52 @@ func TestSweepLeavesAJobWaitingForItsGroupAlone(t *testing.T) {
 	}
 }
 
+// A group whose first job backs off for an hour holds its later jobs'
+// pointers behind that job's on the queue, where none is received: they
+// have no news for the whole backoff, and that is no sign of a lost
+// pointer. The sweep leaves them queued; sent again, each would only wait
+// in the outbox for its group. A group's first job whose pointer is lost
+// is sent again, and the jobs behind it still wait for theirs.
+func TestSweepLeavesJobsQueuedBehindTheirGroupAlone(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	t0 := now()
+	batch := make([]*dispatch.Job, 8)
+	for i := range batch {
+		batch[i] = newJob(withGroup("backing-off"))
+		if i >= 4 {
+			batch[i] = newJob(withGroup("pointer-lost"))
+		}
+	}
+	jobs, _, err := st.CreateJobs(t.Context(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []dispatch.Unsent // as the publisher does: sent, then confirmed
+	if _, err := st.PublishDue(t.Context(), t0.Add(time.Second), 100, recordSend(&sent)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ConfirmSent(t.Context(), sent); err != nil {
+		t.Fatal(err)
+	}
+	failJob(t, st, jobs[0].ID, t0, t0.Add(time.Hour))
+
+	later := t0.Add(40 * time.Minute)
+	_, requeued, err := st.Sweep(t.Context(), later, 15*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if requeued != 1 {
+		t.Errorf("requeued %d, want 1: the first job of the group whose pointer was lost", requeued)
+	}
+	for i, j := range jobs {
+		wantQueued := i != 4
+		if q := getJob(t, st, j.ID).QueuedAt; (q != nil) != wantQueued {
+			t.Errorf("job %d of 8 (group %s): queued at %v, want queued %v", i, j.GroupID, q, wantQueued)
+		}
+	}
+}
+
 // markQueued publishes every due job as if SQS took them all.
 func markQueued(t *testing.T, st *store.Store, at time.Time) {
 	t.Helper()
