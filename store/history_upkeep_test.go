@@ -277,6 +277,127 @@ func TestADropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
 	}
 }
 
+// A drop interrupted while it waited for a reader (the service stopped, or
+// DATABASE_URL's lock_timeout ran out) is finished by a later pass. While
+// the reader (a backup) goes on, finishing it must not hold up the
+// partitions ahead either: it waited with the parent locked, and every
+// create of a partition failed after 10 s for as long as the backup ran.
+// The pass says what it waits for, and the pass after the reader drops it.
+func TestAnInterruptedDropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
+	t.Parallel()
+	st, pool, dbURL := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	done := createJob(t, st)
+	completeJob(t, st, done.ID, now())
+	history := store.History{Interval: time.Minute, Retention: 5 * time.Minute}
+
+	release := reader(t, pool)
+	ctx, stop := context.WithCancel(t.Context())
+	interrupted := make(chan error, 1)
+	go func() {
+		_, err := st.MaintainHistory(ctx, t0.Add(20*time.Minute), history)
+		interrupted <- err
+	}()
+	waitForStatement(t, pool, "%DETACH PARTITION%CONCURRENTLY%")
+	stop()
+	if err := <-interrupted; err == nil {
+		t.Fatal("the pass stopped while its drop waited ended without an error")
+	}
+	var pending int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_inherits WHERE inhdetachpending`).Scan(&pending); err != nil || pending != 1 {
+		t.Fatalf("%d partitions pending detach (%v), want the interrupted one", pending, err)
+	}
+
+	finishing := make(chan error, 1)
+	go func() {
+		_, err := st.MaintainHistory(t.Context(), t0.Add(21*time.Minute), history)
+		finishing <- err
+	}()
+	waitForStatement(t, pool, "%DETACH PARTITION%FINALIZE%")
+	other := secondStore(t, dbURL, store.Options{})
+	if rep, err := other.EnsurePartitions(t.Context(), t0.Add(40*time.Minute), time.Minute); err != nil || rep.Skipped {
+		t.Errorf("partitions made while an interrupted drop is finished: %+v, %v; want made", rep, err)
+	}
+	select {
+	case err := <-finishing:
+		if err == nil || !strings.Contains(err.Error(), "waits for a transaction that still reads it") {
+			t.Errorf("the pass while the reader goes on: %v, want it to say the drop waits for a reader", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pass waited for the reader")
+	}
+	storage, err := st.Storage(t.Context())
+	if err != nil || !strings.Contains(storage.LastError, "waits for a transaction") {
+		t.Errorf("the storage report's last upkeep error %q (%v), want the waiting drop", storage.LastError, err)
+	}
+
+	release()
+	pastRetention(t, st, t0.Add(22*time.Minute))
+	if _, err := st.GetJob(t.Context(), done.ID); dispatch.ErrorCode(err) != dispatch.ENotFound {
+		t.Errorf("the finished job past retention, once the reader ended: %v, want it gone", err)
+	}
+}
+
+// Another application's table in the same database, left pending detach,
+// is not dispatch's to finish: it stopped every drop of dispatch's.
+func TestAnotherTablesPendingDetachDoesNotStopRetention(t *testing.T) {
+	t.Parallel()
+	st, pool, _ := storetest.New(t, store.Options{PartitionInterval: time.Minute})
+	t0 := time.Now()
+	done := createJob(t, st)
+	completeJob(t, st, done.ID, now())
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA other_app;
+		CREATE TABLE other_app.m (id int) PARTITION BY RANGE (id);
+		CREATE TABLE other_app.m1 PARTITION OF other_app.m FOR VALUES FROM (0) TO (10)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM other_app.m`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ALTER TABLE other_app.m DETACH PARTITION other_app.m1 CONCURRENTLY`); !strings.Contains(fmt.Sprint(err), "55P03") {
+		t.Fatalf("the other application's detach: %v, want it stopped by its lock_timeout", err)
+	}
+	conn.Release()
+	_ = tx.Rollback(ctx)
+
+	rep := pastRetention(t, st, t0.Add(20*time.Minute))
+	if rep.Dropped == 0 {
+		t.Errorf("upkeep %+v: want dispatch's partitions past retention dropped", rep)
+	}
+	var pending bool
+	if err := pool.QueryRow(ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = 'other_app.m1'::regclass`).Scan(&pending); err != nil || !pending {
+		t.Errorf("the other application's partition: pending %v (%v), want it left as it was", pending, err)
+	}
+}
+
+// waitForStatement waits until a statement like pattern waits for a lock
+// in the test's database.
+func waitForStatement(t *testing.T, pool *pgxpool.Pool, pattern string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := 0; waiting == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement like %q waited for a lock", pattern)
+		}
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE $1 AND wait_event_type = 'Lock' AND datname = current_database()`, pattern).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A job partition held for its live job holds only the events of its own
 // time: later events past retention go.
 func TestAHeldPartitionHoldsOnlyTheEventsOfItsTime(t *testing.T) {

@@ -349,8 +349,14 @@ func createPartition(ctx context.Context, conn *pgx.Conn, parent, name string, l
 // before cutoff and hold no live job, the idempotency keys of their jobs,
 // and then the event partitions no kept job can be younger than.
 func dropExpired(ctx context.Context, conn *pgx.Conn, cutoff time.Time) (int, []string, error) {
-	if err := finishPendingDetaches(ctx, conn); err != nil {
+	waiting, err := finishPendingDetaches(ctx, conn)
+	if err != nil {
 		return 0, nil, err
+	}
+	if len(waiting) > 0 {
+		// Readers still see a partition being detached: a long
+		// transaction or a backup. The next pass goes on from here.
+		return 0, nil, &detachWaitError{partitions: waiting}
 	}
 	type part struct {
 		name   string
@@ -522,32 +528,67 @@ func dropPartition(ctx context.Context, conn *pgx.Conn, parent, name string) err
 	})
 }
 
-// finishPendingDetaches completes a DETACH … CONCURRENTLY that was
-// interrupted (the process died during it): the partition is then neither
-// attached nor free to drop until it is finalized.
-func finishPendingDetaches(ctx context.Context, conn *pgx.Conn) error {
+// finishPendingDetaches completes a DETACH … CONCURRENTLY of one of
+// dispatch's partitions that was interrupted (the process stopped during
+// it, or a lock_timeout of DATABASE_URL's ended it): the partition is then
+// neither attached nor free to drop until it is finalized. Another
+// application's tables in the database are not dispatch's to finish.
+//
+// FINALIZE holds its parent's SHARE UPDATE EXCLUSIVE lock while it waits
+// for the partition's readers, and making a partition needs that lock: a
+// FINALIZE waiting for a backup that reads for hours held up every create
+// of a partition (the upkeep's, a start-up's, makeRoom's) for as long. So
+// it waits finalizeWait at most; a partition whose readers outlast that is
+// returned, left pending, and tried again on the next pass.
+func finishPendingDetaches(ctx context.Context, conn *pgx.Conn) (waiting []string, err error) {
 	rows, err := conn.Query(ctx, `
-		SELECT p.relname, c.relname FROM pg_inherits i
-		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
-		WHERE i.inhdetachpending`)
+		SELECT i.inhparent::regclass::text, i.inhrelid::regclass::text, c.relname
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhdetachpending
+			AND i.inhparent = ANY (ARRAY['dispatch_job', 'dispatch_attempt', 'dispatch_payload', 'dispatch_event']::regclass[])`)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type pending struct{ parent, child string }
+	type pending struct{ parent, child, name string }
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
 		var p pending
-		return p, r.Scan(&p.parent, &p.child)
+		return p, r.Scan(&p.parent, &p.child, &p.name)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range list {
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`,
-			pgx.Identifier{p.parent}.Sanitize(), pgx.Identifier{p.child}.Sanitize())); err != nil {
-			return fmt.Errorf("finalize detach of %s: %w", p.child, err)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = `+strconv.Itoa(int(finalizeWait.Milliseconds()))); err != nil {
+				return err
+			}
+			// Both names come from regclass: quoted and qualified as needed.
+			_, err := tx.Exec(ctx, `ALTER TABLE `+p.parent+` DETACH PARTITION `+p.child+` FINALIZE`)
+			return err
+		})
+		switch {
+		case pgCode(err) == lockNotAvailable:
+			waiting = append(waiting, p.name)
+		case err != nil:
+			return waiting, fmt.Errorf("finalize detach of %s: %w", p.name, err)
 		}
 	}
-	return nil
+	return waiting, nil
+}
+
+// finalizeWait is how long finishing a detach waits for the partition's
+// readers on one pass.
+const finalizeWait = 2 * time.Second
+
+// detachWaitError is a pass that dropped nothing because partitions being
+// detached are still read: the last upkeep's error in the storage report
+// until a pass finishes them, so that a reader holding them for days
+// shows.
+type detachWaitError struct{ partitions []string }
+
+func (e *detachWaitError) Error() string {
+	return fmt.Sprintf("dropping %s waits for a transaction that still reads it (a long one, or a backup); each pass tries again",
+		strings.Join(e.partitions, ", "))
 }
 
 // jobSearchIndexes are the console's search indexes of one job partition
@@ -762,6 +803,8 @@ func (s *Store) RunHistory(ctx context.Context, h History, log *slog.Logger) err
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case errors.As(err, new(*detachWaitError)):
+			log.Warn("partition upkeep", "err", err, "created", rep.Created)
 		case err != nil:
 			log.Error("partition upkeep failed; creates fail once the partitions made ahead run out", "err", err)
 		case rep.Created+rep.Dropped > 0 || len(rep.Held) > 0:
