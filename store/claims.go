@@ -42,6 +42,9 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 	until := now.Add(lease)
 	r, err := s.claims.do(claimReq{ctx: ctx, id: id, now: now, until: until})
 	if err != nil && (nothingWritten(err) || ctx.Err() != nil) {
+		if r.lost || !nothingWritten(err) { // it may have committed
+			s.lost.add(id, now, until)
+		}
 		return dispatch.Claim{}, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	if r.claimed {
@@ -68,6 +71,14 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		case lost && ownClaim(j, now, until):
 			c.State = dispatch.Claimed
 			return nil
+		case s.lost.take(j):
+			// This process's claim, made by an earlier call that returned
+			// an error: no request went out. It runs from now.
+			c.State = dispatch.Claimed
+			c.Job, err = scanJob(tx.QueryRow(ctx, `
+				UPDATE dispatch_job SET last_attempt_at = $2, claimed_until = $3, updated_at = $2, `+claimSendLease("$3")+`
+				WHERE id = $1 RETURNING `+jobCols("dispatch_job"), j.ID, now, until))
+			return err
 		case j.Status.Terminal():
 			c.State = dispatch.ClaimTerminal
 			return nil
@@ -128,6 +139,9 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return err
 	})
 	if err != nil {
+		if lost {
+			s.lost.add(id, now, until)
+		}
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)
 	}
 	return c, nil

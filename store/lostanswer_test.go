@@ -19,11 +19,16 @@ import (
 // reads it: the server has committed the statement (an implicit
 // transaction commits before its answer is flushed), the client sees a
 // broken connection.
+//
+// With down set too, the cut starts an outage: every connection is closed
+// and new ones are refused until up.
 type cutProxy struct {
-	addr string
-	mu   sync.Mutex
-	arm  bool
-	cuts int
+	addr  string
+	mu    sync.Mutex
+	arm   bool
+	cuts  int
+	down  bool // with arm: the cut takes the database away; then: it is away
+	conns map[net.Conn]bool
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -32,7 +37,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{addr: ln.Addr().String()}
+	p := &cutProxy{addr: ln.Addr().String(), conns: make(map[net.Conn]bool)}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -42,6 +47,16 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			client, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			away := p.down && !p.arm
+			if !away {
+				p.conns[client] = true
+			}
+			p.mu.Unlock()
+			if away {
+				client.Close()
+				continue
 			}
 			server, err := net.Dial("tcp", target)
 			if err != nil {
@@ -70,6 +85,11 @@ func (p *cutProxy) answers(client, server net.Conn) {
 			if cut {
 				p.arm = false
 				p.cuts++
+				if p.down {
+					for c := range p.conns {
+						c.Close()
+					}
+				}
 			}
 			p.mu.Unlock()
 			if cut {
@@ -83,6 +103,13 @@ func (p *cutProxy) answers(client, server net.Conn) {
 			return
 		}
 	}
+}
+
+// up ends an outage begun by a cut.
+func (p *cutProxy) up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
 }
 
 func (p *cutProxy) armed(on bool) int {
@@ -129,6 +156,64 @@ func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
 	as, err := direct.ListAttempts(t.Context(), j.ID)
 	if err != nil || len(as) != 0 {
 		t.Fatalf("attempts %v, %v; want none recorded yet", as, err)
+	}
+}
+
+// A claim whose answer was lost with the database itself (an outage began
+// just after the commit) cannot be recognised then: the claim is an error,
+// and no request goes out. When the pointer comes back, after the outage,
+// the claim is still this process's: attempt 1 is made at once. Before, the
+// job waited out the lease and was charged a TIMEOUT for an attempt never
+// made; with one try it ended ERROR without a request. Another replica,
+// which cannot know, still finds it busy.
+func TestAClaimLostInAnOutageIsStillTheClaimantsAfterIt(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCutProxy(t, u.Host)
+	u.Host = proxy.addr
+	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+
+	j := createJob(t, direct, func(j *dispatch.Job) { j.MaxRetries = 1 })
+	proxy.mu.Lock()
+	proxy.down = true
+	proxy.mu.Unlock()
+	proxy.armed(true)
+	t0 := now()
+	if _, err := st.ClaimJob(t.Context(), j.ID, t0, lease); err == nil {
+		t.Fatal("ClaimJob with its answer lost and the database away: no error")
+	}
+	if cuts := proxy.armed(false); cuts != 1 {
+		t.Fatalf("the proxy cut %d answers, want 1 (the claim's)", cuts)
+	}
+	if got := getJob(t, direct, j.ID); got.Status != dispatch.StatusInProgress || got.AttemptCount != 1 {
+		t.Fatalf("job %s attempt %d after the lost answer; want the claim committed (IN_PROGRESS, attempt 1)", got.Status, got.AttemptCount)
+	}
+	proxy.up()
+
+	if other, err := direct.ClaimJob(t.Context(), j.ID, t0.Add(2*time.Second), lease); err != nil || other.State != dispatch.ClaimBusy {
+		t.Fatalf("another replica's claim = %v, %v; want busy", other.State, err)
+	}
+	t1 := t0.Add(3 * time.Second)
+	c, err := st.ClaimJob(t.Context(), j.ID, t1, lease)
+	if err != nil || c.State != dispatch.Claimed {
+		t.Fatalf("the pointer back after the outage: claim %v, %v; want this process's claim", c.State, err)
+	}
+	if c.Job.AttemptCount != 1 || c.Job.ClaimedUntil == nil || !c.Job.ClaimedUntil.Equal(t1.Add(lease)) {
+		t.Errorf("claim of attempt %d until %v; want attempt 1 until %v", c.Job.AttemptCount, c.Job.ClaimedUntil, t1.Add(lease))
+	}
+	applied, err := st.FinishAttempt(t.Context(), dispatch.Attempt{JobID: j.ID, AttemptNumber: 1, AttemptedAt: t1,
+		CompletedAt: t1, Status: dispatch.AttemptSuccess, ResponseCode: 200}, dispatch.Transition{Status: dispatch.StatusCompleted})
+	if err != nil || !applied {
+		t.Fatalf("record: %v, %v", applied, err)
+	}
+	as, err := direct.ListAttempts(t.Context(), j.ID)
+	if err != nil || len(as) != 1 || as[0].Status != dispatch.AttemptSuccess {
+		t.Errorf("attempts %+v, %v; want the one delivery, no TIMEOUT", as, err)
 	}
 }
 

@@ -108,7 +108,8 @@ type Store struct {
 	claims   groupCommit[claimReq, claimRes]   // ClaimJob's fast path, likewise
 	creates  groupCommit[createReq, createRes] // CreateJob's insert, likewise
 
-	fresh freshJobs // jobs handed over a moment ago: their claims are deferred
+	fresh freshJobs  // jobs handed over a moment ago: their claims are deferred
+	lost  lostClaims // claims committed whose answer was lost, not yet recognised
 
 	handoff Handoff // nil: every new job goes through the outbox query
 
