@@ -33,6 +33,9 @@ import (
 // is claimed by statement.
 func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease time.Duration) (dispatch.Claim, error) {
 	h, handed := handoff.HandleFrom(ctx)
+	// A job offered in process has no pointer on a queue to note as due
+	// back; a queue message's first receive carries a handle too, and has.
+	offered := handed && h.ID == id && !handoff.FirstReceive(ctx)
 	if j, ok := s.fresh.claim(id, handed && h.ID == id, h.Mark, h.Gen, now, lease); ok {
 		return dispatch.Claim{State: dispatch.Claimed, Job: j, Deferred: true}, nil
 	}
@@ -88,10 +91,10 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return err
 		case j.Status == dispatch.StatusInProgress && j.ClaimedUntil != nil && now.Before(*j.ClaimedUntil):
 			c.State, c.Until = dispatch.ClaimBusy, *j.ClaimedUntil
-			return pointerDueBack(ctx, tx, j.ID, now, c.Until, handed && h.ID == id)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until, offered)
 		case j.NextAttemptAt != nil && j.NextAttemptAt.After(now.Add(time.Second)) && j.Status != dispatch.StatusInProgress:
 			c.State, c.Until = dispatch.ClaimNotDue, *j.NextAttemptAt
-			return pointerDueBack(ctx, tx, j.ID, now, c.Until, handed && h.ID == id)
+			return pointerDueBack(ctx, tx, j.ID, now, c.Until, offered)
 		}
 		if j.GroupID != "" {
 			var pred *time.Time

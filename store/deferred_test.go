@@ -362,3 +362,34 @@ func TestAHandedJobFoundBusyCanStillBeGivenBack(t *testing.T) {
 		t.Errorf("the retry is %s, queued at %v; want FAILED and unsent, for the outbox to send it in a second", got.Status, got.QueuedAt)
 	}
 }
+
+// A queue message's first receive that finds its job busy (a copy of the
+// pointer claimed it a moment before) notes the pointer as due back when
+// the claim ends, as any other receive does: it is on the queue. Taken
+// for an in-process offer, which has none, the row kept its send time, and
+// the sweep, reckoning from that, could send a spare pointer for a job
+// only waiting out a claim.
+func TestAFirstReceiveThatFindsItsJobBusyNotesItsPointerDueBack(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t)
+	j := createJob(t, st)
+	t0 := now().Add(time.Second)
+	var sent []dispatch.Unsent
+	if _, err := st.PublishDue(t.Context(), t0, 10, recordSend(&sent)); err != nil || len(sent) != 1 {
+		t.Fatalf("publish: %v, %d sent", err, len(sent))
+	}
+	if err := st.ConfirmSent(t.Context(), sent); err != nil {
+		t.Fatal(err)
+	}
+	first := claim(t, st, j.ID, t0, dispatch.Claimed)
+
+	// The processor's context for a queue message's first receive.
+	ctx := handoff.WithFirstReceive(handoff.WithHandle(t.Context(), handoff.Handle{ID: j.ID, Mark: sent[0].Mark}))
+	c, err := st.ClaimJob(ctx, j.ID, t0.Add(time.Second), lease)
+	if err != nil || c.State != dispatch.ClaimBusy {
+		t.Fatalf("the second copy's claim: %v, %v; want busy", c.State, err)
+	}
+	if q := getJob(t, st, j.ID).QueuedAt; q == nil || !q.Equal(*first.Job.ClaimedUntil) {
+		t.Errorf("the pointer is noted due back at %v, want when the claim ends, %v", q, first.Job.ClaimedUntil)
+	}
+}
