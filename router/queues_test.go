@@ -172,6 +172,15 @@ func TestMissingQueueDoesNotStopTheOthers(t *testing.T) {
 	if qs[0].Status != router.QueueDown || qs[0].LastError == "" || qs[0].DepthError == "" || qs[1].Status != router.QueueUp {
 		t.Errorf("/monitoring/queues = %+v", qs)
 	}
+	// Each keeps SQS's words and says what to do (the warning logged is
+	// the same error).
+	const hint = "(create the queue, or correct its URL; dispatch creates a queue only when given its name instead of its URL, with DISPATCH_QUEUE_CREATE=true)"
+	for where, msg := range map[string]string{"/health/ready": ready.Queues[0].Error,
+		"/monitoring/queues lastError": qs[0].LastError, "/monitoring/queues depthError": qs[0].DepthError} {
+		if !strings.Contains(msg, hint) || !strings.Contains(msg, "NonExistentQueue") {
+			t.Errorf("%s: %q, want SQS's error and %q", where, msg, hint)
+		}
+	}
 
 	// The queue comes into being: it is consumed without a restart.
 	out, err := a.API.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(missingName),

@@ -376,7 +376,7 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 			}
 			plain, err := s.sealer.open(v, sealContext(id, col), true)
 			if err != nil {
-				return nil, fmt.Errorf("credentials %d %s: %w", id, col, err)
+				return nil, keyErrorAt(err, fmt.Sprintf("credentials %d (%s)", id, col))
 			}
 			return s.sealOpt(id, col, plain)
 		}
@@ -415,6 +415,9 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 		return nil
 	})
 	s.invalidateCredentials(0)
+	if errors.Is(err, ErrWrongKey) {
+		return 0, err // it says which credentials, and what to set
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: reseal: %w", err)
 	}
@@ -460,13 +463,17 @@ func (s *Store) CheckKey(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("store: check encryption key: %w", err)
 	}
-	switch {
-	case failed == 1:
-		return fmt.Errorf("%w (credentials %d)", firstErr, first)
-	case failed > 1:
-		return fmt.Errorf("%w (credentials %d, and %d more)", firstErr, first, failed-1)
+	if failed == 0 {
+		return nil
 	}
-	return nil
+	where := fmt.Sprintf("credentials %d", first)
+	if failed > 1 {
+		where = fmt.Sprintf("credentials %d, and %d more", first, failed-1)
+	}
+	if errors.Is(firstErr, ErrWrongKey) {
+		return keyErrorAt(firstErr, where)
+	}
+	return fmt.Errorf("%w (%s)", firstErr, where)
 }
 
 // checkCredentials reports a missing credentials id as a field problem,

@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
@@ -211,6 +212,54 @@ func TestCredentialsWrongKey(t *testing.T) {
 	}
 	if err := other.CheckKey(t.Context()); !errors.Is(err, store.ErrWrongKey) {
 		t.Errorf("CheckKey with another key: err = %v, want ErrWrongKey", err)
+	}
+}
+
+// A secret the keys given cannot open is an error that says what to set:
+// the old key as DISPATCH_ENCRYPTION_KEY_PREVIOUS after a key change, at
+// start (CheckKey) and in `dispatch rekey` (Reseal) alike; and with no key
+// at all it says that none is set rather than blaming a key. It names the
+// credentials and the variables, never a key.
+func TestWrongKeyErrorsSayWhatToSet(t *testing.T) {
+	t.Parallel()
+	k1 := newKey(t)
+	st, pool := setupKeyed(t, k1)
+	c := createCredentials(t, st)
+	for _, tc := range []struct {
+		name          string
+		key, previous []byte
+		says          []string
+	}{
+		{"a new key alone", newKey(t), nil, []string{"cannot be decrypted with DISPATCH_ENCRYPTION_KEY (wrong key?)",
+			"set the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS and run `dispatch rekey`"}},
+		{"neither key", newKey(t), newKey(t), []string{"DISPATCH_ENCRYPTION_KEY nor DISPATCH_ENCRYPTION_KEY_PREVIOUS",
+			"to the key it was stored with"}},
+		{"no key", nil, nil, []string{"is encrypted, but no DISPATCH_ENCRYPTION_KEY is set",
+			"set DISPATCH_ENCRYPTION_KEY to the key it was stored with"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other := storeOver(t, pool, newSealer(t, tc.key, tc.previous))
+			_, resealErr := other.Reseal(t.Context())
+			for op, err := range map[string]error{"CheckKey": other.CheckKey(t.Context()), "Reseal": resealErr} {
+				if !errors.Is(err, store.ErrWrongKey) {
+					t.Fatalf("%s: err = %v, want ErrWrongKey", op, err)
+				}
+				msg := err.Error()
+				for _, want := range append(tc.says, dispatch.FormatID(c.ID)) {
+					if !strings.Contains(msg, want) {
+						t.Errorf("%s: %q does not say %q", op, msg, want)
+					}
+				}
+				if tc.key == nil && strings.Contains(msg, "wrong key") {
+					t.Errorf("%s: %q blames a key when none is set", op, msg)
+				}
+				for _, k := range [][]byte{k1, tc.key, tc.previous} {
+					if k != nil && (strings.Contains(msg, string(k)) || strings.Contains(msg, base64.StdEncoding.EncodeToString(k))) {
+						t.Errorf("%s: %q shows a key", op, msg)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -15,8 +15,53 @@ const (
 	sealGCM   byte = 1
 )
 
-// ErrWrongKey means a secret cannot be opened with the configured key.
-var ErrWrongKey = errors.New("store: credential secret cannot be decrypted with DISPATCH_ENCRYPTION_KEY (wrong key?)")
+// ErrWrongKey means a secret cannot be opened with the configured keys.
+// The errors that match it (errors.Is) say which keys were tried and what
+// to set; they name the variables, never a key.
+var ErrWrongKey = errors.New("store: credential secret cannot be decrypted")
+
+// keyError is an ErrWrongKey that says what to do about it.
+type keyError struct {
+	problem, remedy string
+	where           string // the credentials at fault, when known
+}
+
+func (e *keyError) Error() string {
+	subject := "credential"
+	if e.where != "" {
+		subject = e.where + ":"
+	}
+	return "store: " + subject + " secret " + e.problem + "; " + e.remedy
+}
+
+func (e *keyError) Is(target error) bool { return target == ErrWrongKey }
+
+// keyErrorAt returns err naming the credentials at fault (where) if it is
+// a keyError; other errors are returned as they are.
+func keyErrorAt(err error, where string) error {
+	var ke *keyError
+	if !errors.As(err, &ke) {
+		return err
+	}
+	named := *ke
+	named.where = where
+	return &named
+}
+
+// wrongKey is the ErrWrongKey for this Sealer's keys.
+func (s *Sealer) wrongKey() error {
+	switch {
+	case s.aead == nil:
+		return &keyError{problem: "is encrypted, but no DISPATCH_ENCRYPTION_KEY is set",
+			remedy: "set DISPATCH_ENCRYPTION_KEY to the key it was stored with"}
+	case s.previous == nil:
+		return &keyError{problem: "cannot be decrypted with DISPATCH_ENCRYPTION_KEY (wrong key?)",
+			remedy: "if the key was changed, set the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS and run `dispatch rekey`"}
+	default:
+		return &keyError{problem: "cannot be decrypted with DISPATCH_ENCRYPTION_KEY nor DISPATCH_ENCRYPTION_KEY_PREVIOUS (wrong key?)",
+			remedy: "set DISPATCH_ENCRYPTION_KEY_PREVIOUS (or DISPATCH_ENCRYPTION_KEY) to the key it was stored with"}
+	}
+}
 
 // Sealer encrypts credential secrets at rest with AES-256-GCM. The
 // additional data binds each ciphertext to its row and column, so a sealed
@@ -86,7 +131,7 @@ func (s *Sealer) Open(sealed []byte, context string) (string, error) {
 // which is how they get encrypted.
 func (s *Sealer) open(sealed []byte, context string, allowPlain bool) (string, error) {
 	if len(sealed) == 0 {
-		return "", ErrWrongKey
+		return "", s.wrongKey()
 	}
 	switch sealed[0] {
 	case sealPlain:
@@ -105,7 +150,7 @@ func (s *Sealer) open(sealed []byte, context string, allowPlain bool) (string, e
 			}
 		}
 	}
-	return "", ErrWrongKey
+	return "", s.wrongKey()
 }
 
 // NeedsReseal reports whether a value is not sealed under the current key.

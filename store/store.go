@@ -312,6 +312,20 @@ func SchemaVersion() string {
 // connection back without its deliveryPlans. It was the one that went on
 // to finish jobs through a generic plan scanning dispatch_job whole.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := ApplyMigrations(ctx, pool)
+	return err
+}
+
+// Migrated is what ApplyMigrations did: how many migrations it applied,
+// and the schema version the database is at.
+type Migrated struct {
+	Applied int
+	Version int32
+}
+
+// ApplyMigrations is Migrate, and says what it did.
+func ApplyMigrations(ctx context.Context, pool *pgxpool.Pool) (Migrated, error) {
+	var done Migrated
 	cfg := pool.Config().ConnConfig.Copy()
 	// A migration's DDL takes strong locks, and one waiting behind a long
 	// transaction (a report, a pg_dump) would hold every create and
@@ -324,18 +338,20 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		cfg.RuntimeParams["lock_timeout"] = strconv.Itoa(int(migrationLockWait.Milliseconds()))
 	}
 	for try := 1; ; try++ {
-		err := migrateOnce(ctx, cfg)
+		applied, version, err := migrateOnce(ctx, cfg)
+		done.Applied += applied // a try that gave up may have applied some first
+		done.Version = max(done.Version, version)
 		if pgCode(err) != "55P03" { // lock_not_available
-			return err
+			return done, err
 		}
 		if try == migrationTries {
-			return fmt.Errorf("store: migrate: a migration waited %s for a table's lock %d times and gave up: "+
+			return done, fmt.Errorf("store: migrate: a migration waited %s for a table's lock %d times and gave up: "+
 				"a long transaction holds a table it changes (see pg_stat_activity); creates and deliveries went on meanwhile. "+
 				"Start again once it has ended: %w", migrationLockWait, try, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return done, ctx.Err()
 		case <-time.After(time.Duration(try) * time.Second):
 		}
 	}
@@ -394,10 +410,13 @@ const (
 	migrationTries    = 12
 )
 
-func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
+// migrateOnce applies the migrations not applied yet, on a connection of
+// its own, and returns how many it applied and the version the schema is
+// at (also when it failed part way: each migration commits on its own).
+func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) (applied int, version int32, err error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("store: migrate: %w", redactErr(err))
+		return 0, 0, fmt.Errorf("store: migrate: %w", redactErr(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// Another process migrating holds tern's lock for as long as its
@@ -405,35 +424,45 @@ func migrateOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
 	// the tables' locks. tern takes the lock again, on this session, and
 	// has it at once; closing the connection lets go of both.
 	if _, err := conn.Exec(ctx, `SET lock_timeout = 0`); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
+		return 0, 0, fmt.Errorf("store: migrate: %w", err)
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, ternLock); err != nil {
-		return fmt.Errorf("store: migrate: wait for another process's migrations: %w", err)
+		return 0, 0, fmt.Errorf("store: migrate: wait for another process's migrations: %w", err)
 	}
 	if _, err := conn.Exec(ctx, `RESET lock_timeout`); err != nil { // the startup parameter's again
-		return fmt.Errorf("store: migrate: %w", err)
+		return 0, 0, fmt.Errorf("store: migrate: %w", err)
 	}
 	m, err := migrate.NewMigrator(ctx, conn, "dispatch_schema_version")
 	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
+		return 0, 0, fmt.Errorf("store: migrate: %w", err)
 	}
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := loadMigrations(m, sub); err != nil {
-		return fmt.Errorf("store: load migrations: %w", err)
+		return 0, 0, fmt.Errorf("store: load migrations: %w", err)
 	}
-	if err := m.Migrate(ctx); err != nil {
+	// The advisory lock is held: no other process moves the version
+	// between these reads and the migrations.
+	from, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: migrate: read the schema version: %w", err)
+	}
+	err = m.Migrate(ctx)
+	if to, verr := m.GetCurrentVersion(ctx); verr == nil && to >= from {
+		applied, version = int(to-from), to
+	}
+	if err != nil {
 		var bad migrate.BadVersionError
 		if errors.As(err, &bad) { // a newer dispatch has migrated the database
 			if serr := CheckSchema(ctx, conn); serr != nil {
-				return serr
+				return applied, version, serr
 			}
 		}
-		return fmt.Errorf("store: migrate: %w", err)
+		return applied, version, fmt.Errorf("store: migrate: %w", err)
 	}
-	return nil
+	return applied, version, nil
 }
 
 // Ping checks the database.

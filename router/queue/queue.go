@@ -202,7 +202,7 @@ func (q *Queue) URL(ctx context.Context) (string, error) {
 	}
 	var missing *types.QueueDoesNotExist
 	if !errors.As(err, &missing) || !q.cfg.Create {
-		return "", fmt.Errorf("queue: look up %s: %w", q.cfg.Name, err)
+		return "", fmt.Errorf("queue: look up %s: %w", q.cfg.Name, q.hintMissing(err))
 	}
 	created, err := q.api.CreateQueue(ctx, &sqs.CreateQueueInput{
 		QueueName:  aws.String(q.cfg.Name),
@@ -236,13 +236,42 @@ func (q *Queue) callCtx(ctx context.Context, extra time.Duration) (context.Conte
 	return context.WithTimeout(ctx, q.cfg.CallTimeout+extra)
 }
 
-// checkMissing forgets a looked-up URL when SQS says the queue is gone.
+// checkMissing forgets a looked-up URL when SQS says the queue is gone,
+// and says what to do about it.
 func (q *Queue) checkMissing(err error) error {
 	var missing *types.QueueDoesNotExist
 	if errors.As(err, &missing) && q.cfg.URL == "" {
 		q.mu.Lock()
 		q.url = ""
 		q.mu.Unlock()
+	}
+	return q.hintMissing(err)
+}
+
+// missingError is SQS's answer that a queue does not exist (the SDK's
+// error, which errors.As still finds), with what to do about it.
+type missingError struct {
+	err  error
+	hint string
+}
+
+func (e *missingError) Error() string { return e.err.Error() + " (" + e.hint + ")" }
+func (e *missingError) Unwrap() error { return e.err }
+
+// hintMissing returns err with a hint when SQS says the queue does not
+// exist, and err as it is otherwise. A queue given by name is created at
+// the next call when Create is set: that needs no hint.
+func (q *Queue) hintMissing(err error) error {
+	var missing *types.QueueDoesNotExist
+	if !errors.As(err, &missing) {
+		return err
+	}
+	switch {
+	case q.cfg.URL != "":
+		return &missingError{err: err, hint: "create the queue, or correct its URL; dispatch creates a queue only when " +
+			"given its name instead of its URL, with DISPATCH_QUEUE_CREATE=true"}
+	case !q.cfg.Create:
+		return &missingError{err: err, hint: "create the queue, or set DISPATCH_QUEUE_CREATE=true to have dispatch create it"}
 	}
 	return err
 }
@@ -525,7 +554,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []string) error {
 	defer cancel()
 	out, err := q.api.DeleteMessageBatch(ctx, in)
 	if err != nil {
-		return fmt.Errorf("queue: delete batch: %w", err)
+		return fmt.Errorf("queue: delete batch: %w", q.checkMissing(err))
 	}
 	if len(out.Failed) > 0 {
 		e := &DeleteError{Failed: len(out.Failed), Message: aws.ToString(out.Failed[0].Message)}
@@ -576,7 +605,7 @@ func (q *Queue) ChangeVisibilityBatch(ctx context.Context, changes []Visibility)
 	defer cancel()
 	out, err := q.api.ChangeMessageVisibilityBatch(ctx, in)
 	if err != nil {
-		return fmt.Errorf("queue: change visibility: %w", err)
+		return fmt.Errorf("queue: change visibility: %w", q.checkMissing(err))
 	}
 	if len(out.Failed) > 0 {
 		e := &VisibilityError{Message: aws.ToString(out.Failed[0].Message)}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestHelpOnEverySubcommand(t *testing.T) {
 		"api":     {has: []string{"DATABASE_URL", "--http-addr", "DISPATCH_API_TOKENS", "AWS_ENDPOINT_URL_SQS"}, hasNot: []string{"DISPATCH_RECEIVE_WAIT"}},
 		"router":  {has: []string{"DISPATCH_PROCESS_URL", "--receive-wait", "DISPATCH_INTERNAL_TOKEN", "DATABASE_URL"}, hasNot: []string{"DISPATCH_API_TOKENS", "DISPATCH_RETENTION"}},
 		"all":     {has: []string{"DATABASE_URL", "DISPATCH_PROCESS_URL", "DISPATCH_API_TOKENS"}},
-		"migrate": {has: []string{"DATABASE_URL", "--database-url"}, hasNot: []string{"DISPATCH_PROCESS_URL"}},
+		"migrate": {has: []string{"DATABASE_URL", "--database-url", "Reads only the settings below"}, hasNot: []string{"DISPATCH_PROCESS_URL", "same configuration as"}},
 		"rekey":   {has: []string{"DISPATCH_ENCRYPTION_KEY", "DISPATCH_ENCRYPTION_KEY_PREVIOUS", "DATABASE_URL"}},
 		"config":  {has: []string{"secrets masked", "DATABASE_URL", "DISPATCH_PROCESS_URL"}},
 		"listen":  {has: []string{"--secret-file", "-addr", "DISPATCH_LISTEN_SECRET"}},
@@ -291,6 +292,36 @@ func TestConfigInvalidListsEveryProblemAndExitsNonZero(t *testing.T) {
 	}
 }
 
+// docs/operations.md's table of commands has a row for every command
+// `dispatch help` lists (but help itself).
+func TestOperationsGuideListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var help bytes.Buffer
+	if err := app.Run(context.Background(), []string{"help"}, nil, &help, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	_, list, _ := strings.Cut(help.String(), "commands:\n")
+	list, _, _ = strings.Cut(list, "\n\n")
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if name == "" || name == "help" {
+			continue
+		}
+		n++
+		if !strings.Contains(string(doc), "| `dispatch "+name+"` |") {
+			t.Errorf("docs/operations.md has no row for `dispatch %s`", name)
+		}
+	}
+	if n < 7 {
+		t.Fatalf("read %d commands from dispatch help:\n%s", n, help.String())
+	}
+}
+
 // listen verifies with a secret from the environment or a file; --secret
 // still works but warns that ps shows it.
 func TestListenTakesItsSecretFromTheEnvironmentOrAFile(t *testing.T) {
@@ -367,5 +398,45 @@ func TestListenTakesItsSecretFromTheEnvironmentOrAFile(t *testing.T) {
 	// flag is app's TestServicesTakeNoListenSecretFlag.
 	if err := config.CheckUnknown([]string{"DISPATCH_LISTEN_SECRET=x"}); err != nil {
 		t.Errorf("DISPATCH_LISTEN_SECRET is called unknown: %v", err)
+	}
+}
+
+// listen --fail-first N says in its banner that it fails the first N
+// requests, fails them, then answers --status; each delivery is printed
+// with its time in UTC to the millisecond, as the README shows it.
+func TestListenFailsTheFirstRequestsAsItsBannerSays(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, []string{"listen", "--addr", "127.0.0.1:0", "--fail-first", "2"}, nil, stdout, stderr)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var addr string
+	eventually(t, 10*time.Second, func() bool {
+		_, rest, ok := strings.Cut(stdout.String(), "listening on ")
+		addr, _, _ = strings.Cut(rest, " ")
+		return ok && strings.Contains(rest, "\n")
+	}, func() string { return "dispatch listen did not start: " + stdout.String() + stderr.String() })
+	banner, _, _ := strings.Cut(stdout.String(), "\n")
+	if want := "(failing the first 2 requests with 500, then answering 200; verifying with 0 secret(s))"; !strings.HasSuffix(banner, want) {
+		t.Errorf("banner %q, want it to end %q", banner, want)
+	}
+	var got []int
+	for range 3 {
+		resp, err := http.Post(addr+"/hook", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got = append(got, resp.StatusCode)
+	}
+	if want := []int{500, 500, 200}; !slices.Equal(got, want) {
+		t.Errorf("listen --fail-first 2 answered %v, want %v", got, want)
+	}
+	stamped := regexp.MustCompile(`(?m)^--- #\d \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z POST /hook$`)
+	if n := len(stamped.FindAllString(stdout.String(), -1)); n != 3 {
+		t.Errorf("%d of 3 deliveries printed with a millisecond UTC time:\n%s", n, stdout.String())
 	}
 }

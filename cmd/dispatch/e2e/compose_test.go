@@ -168,6 +168,13 @@ func TestREADMEComposeSectionMatchesComposeFile(t *testing.T) {
 	if len(settings) == 0 {
 		t.Error("the README's compose section no longer says which demo settings the stack runs with (`DISPATCH_ALLOW_PRIVATE_TARGETS=true`)")
 	}
+	// The stack publishes the ports of `make run` and its SQS stand-in:
+	// the section says to stop those first.
+	for _, want := range []string{"stop `make run`", "`make down`", "8080", "9324"} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("the README's compose section does not say %q (compose publishes the ports make run uses)", want)
+		}
+	}
 }
 
 // distinctMatches is FindAllStringSubmatch without repeats of a whole match.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,6 +66,8 @@ func TestREADMEWalkThroughsRunPastedWhole(t *testing.T) {
 	eventually(t, 60*time.Second, func() bool {
 		return strings.Count(out.String(), "answered: 200") >= 5 // the job, two handshakes, two event deliveries
 	}, func() string { return "the walk-throughs did not deliver everything:\n" + out.String() })
+	eventually(t, 30*time.Second, func() bool { _, err := os.Stat(dir + "/event.json"); return err == nil },
+		func() string { return "the event walk-through did not publish:\n" + out.String() })
 	log := out.String()
 	if strings.Contains(log, "INVALID") || strings.Contains(log, "address already in use") {
 		t.Errorf("the walk-throughs went wrong:\n%s", log)
@@ -86,5 +89,45 @@ func TestREADMEWalkThroughsRunPastedWhole(t *testing.T) {
 	}
 	for _, j := range event.Jobs {
 		in.waitStatus(j.ID, 30*time.Second, "COMPLETED")
+	}
+	// The retry example makes a new job (not the first one again, by its
+	// idempotencyKey), which completes after its retries.
+	var retried, first struct{ ID string }
+	for name, v := range map[string]any{"retried.json": &retried, "job.json": &first} {
+		if b, err := os.ReadFile(dir + "/" + name); err != nil || json.Unmarshal(b, v) != nil {
+			t.Fatalf("%s: %v\n%s", name, err, b)
+		}
+	}
+	if retried.ID == "" || retried.ID == first.ID {
+		t.Fatalf("the retry example's job is %q, the first job %q: want a new job", retried.ID, first.ID)
+	}
+	in.waitStatus(retried.ID, 60*time.Second, "COMPLETED")
+}
+
+// The walk-through's wait for the receiver gives up, saying so, when
+// nothing listens (a receiver that failed to start), instead of waiting
+// forever in silence.
+func TestREADMEReceiverWaitGivesUp(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := regexp.MustCompile(`(?s)\nlistening\(\) \{\n.*?\n\}\n`).Find(readme)
+	if fn == nil {
+		t.Fatal("README.md defines no listening() wait")
+	}
+	port := freePort(t) // nothing listens there
+	script := strings.ReplaceAll(string(fn), "9000", strconv.Itoa(port)) + "listening; echo exit=$?\n"
+	start := time.Now()
+	out, err := exec.Command("bash", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the wait took %s", took)
+	}
+	if !strings.Contains(string(out), "nothing listens on 127.0.0.1:"+strconv.Itoa(port)) || !strings.Contains(string(out), "exit=1") {
+		t.Errorf("the wait for a receiver that never listens printed:\n%s\nwant it to say so and fail", out)
 	}
 }

@@ -358,23 +358,34 @@ func TestWrongEncryptionKeyStopsStart(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 
-	for name, env := range map[string]map[string]string{
-		"another key":              {"DISPATCH_ENCRYPTION_KEY": testKey()},
-		"another key and previous": {"DISPATCH_ENCRYPTION_KEY": testKey(), "DISPATCH_ENCRYPTION_KEY_PREVIOUS": testKey()},
-		"no key, insecure":         {"DISPATCH_ENCRYPTION_KEY": "", "DISPATCH_INSECURE": "true"},
-		"api only":                 {"DISPATCH_ENCRYPTION_KEY": testKey()},
+	// Each error says what to set: after a key change, the old key as
+	// DISPATCH_ENCRYPTION_KEY_PREVIOUS; with no key, that none is set.
+	changed := []string{"cannot be decrypted with DISPATCH_ENCRYPTION_KEY (wrong key?)",
+		"set the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS and run `dispatch rekey`"}
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		says []string
+	}{
+		"another key": {map[string]string{"DISPATCH_ENCRYPTION_KEY": testKey()}, changed},
+		"another key and previous": {map[string]string{"DISPATCH_ENCRYPTION_KEY": testKey(), "DISPATCH_ENCRYPTION_KEY_PREVIOUS": testKey()},
+			[]string{"DISPATCH_ENCRYPTION_KEY nor DISPATCH_ENCRYPTION_KEY_PREVIOUS (wrong key?)", "to the key it was stored with"}},
+		"no key, insecure": {map[string]string{"DISPATCH_ENCRYPTION_KEY": "", "DISPATCH_INSECURE": "true"},
+			[]string{"no DISPATCH_ENCRYPTION_KEY is set", "set DISPATCH_ENCRYPTION_KEY to the key it was stored with"}},
+		"api only": {map[string]string{"DISPATCH_ENCRYPTION_KEY": testKey()}, changed},
 	} {
 		cmd := "all"
 		if name == "api only" {
 			cmd = "api"
 		}
-		stdout, stderr, err := runToExit(t, cmd, in.dbURL, in.queue, env)
+		stdout, stderr, err := runToExit(t, cmd, in.dbURL, in.queue, tc.env)
 		if err == nil {
 			t.Errorf("%s: dispatch %s started against secrets sealed with another key\n%s", name, cmd, stderr)
 			continue
 		}
-		if !strings.Contains(err.Error(), "DISPATCH_ENCRYPTION_KEY") || !strings.Contains(err.Error(), "wrong key") {
-			t.Errorf("%s: error %q does not say the encryption key is wrong", name, err)
+		for _, want := range append(tc.says, cred.ID) {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", name, err, want)
+			}
 		}
 		if strings.Contains(stdout, "listening") {
 			t.Errorf("%s: a listener was opened: %s", name, stdout)
@@ -426,6 +437,14 @@ func TestRekeyChangesTheEncryptionKey(t *testing.T) {
 	if !sameSealed(sealed, readSealed(t, in.dbURL)) {
 		t.Fatalf("a failed rekey changed stored secrets")
 	}
+	// With the new key alone it fails saying where the old one goes.
+	_, _, err = runToExit(t, "rekey", in.dbURL, in.queue, map[string]string{"DISPATCH_ENCRYPTION_KEY": newKey})
+	if err == nil || !strings.Contains(err.Error(), "set the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS") {
+		t.Errorf("rekey with the new key alone: err = %v, want it to say to set the old key as DISPATCH_ENCRYPTION_KEY_PREVIOUS", err)
+	}
+	if !sameSealed(sealed, readSealed(t, in.dbURL)) {
+		t.Fatalf("a failed rekey changed stored secrets")
+	}
 
 	stdout, _, err := runToExit(t, "rekey", in.dbURL, in.queue,
 		map[string]string{"DISPATCH_ENCRYPTION_KEY": newKey, "DISPATCH_ENCRYPTION_KEY_PREVIOUS": oldKey})
@@ -443,8 +462,9 @@ func TestRekeyChangesTheEncryptionKey(t *testing.T) {
 		}
 	}
 	if stdout, _, err := runToExit(t, "rekey", in.dbURL, in.queue,
-		map[string]string{"DISPATCH_ENCRYPTION_KEY": newKey}); err != nil || !strings.Contains(stdout, "re-encrypted 0 ") {
-		t.Errorf("a second rekey: %q, %v; want nothing left to do", stdout, err)
+		map[string]string{"DISPATCH_ENCRYPTION_KEY": newKey}); err != nil || !strings.Contains(stdout, "re-encrypted 0 ") ||
+		!strings.Contains(stdout, "the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS") {
+		t.Errorf("a second rekey: %q, %v; want nothing left to do, saying how a key is changed", stdout, err)
 	}
 	if _, _, err := runToExit(t, "all", in.dbURL, in.queue, map[string]string{"DISPATCH_ENCRYPTION_KEY": oldKey}); err == nil {
 		t.Errorf("the old key still starts the service after rekey")

@@ -266,6 +266,23 @@ func runBinary(t *testing.T, env []string, args ...string) (string, int) {
 	return string(out), 0
 }
 
+// dispatch migrate says what it did: on an empty database, how many
+// migrations it applied and the version reached; then, that the schema
+// is up to date, at that version.
+func TestMigrateSaysWhatItApplied(t *testing.T) {
+	t.Parallel()
+	url, top := storetest.NewEmptyDatabase(t), store.MigrationsVersion()
+	for _, want := range []string{
+		fmt.Sprintf("applied %d migrations; schema at version %d\n", top, top),
+		fmt.Sprintf("schema is up to date (version %d)\n", top),
+	} {
+		out, code := runBinary(t, []string{"DATABASE_URL=" + url, "DISPATCH_INSECURE=true", "DISPATCH_LOG_LEVEL=warn"}, "migrate")
+		if code != 0 || !strings.HasSuffix(out, want) {
+			t.Errorf("dispatch migrate: exit %d\n%s\nwant exit 0, ending %q", code, out, want)
+		}
+	}
+}
+
 func TestStartupMigrateSaysWhyAndFails(t *testing.T) {
 	t.Parallel()
 	missing := randomName("dispatch_missing_")

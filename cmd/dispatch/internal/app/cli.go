@@ -81,9 +81,11 @@ var commands = []command{
 			"processor in process unless DISPATCH_PROCESS_URL is set."},
 	{"migrate", "apply the database schema and exit",
 		"Applies the embedded migrations under an advisory lock (one process at a\n" +
-			"time) and exits; fails, saying why, when the database cannot be reached\n" +
-			"or was migrated by a newer dispatch. Reads the same configuration as\n" +
-			"api and validates all of it."},
+			"time), says how many it applied and the schema version reached, and exits;\n" +
+			"fails, saying why, when the database cannot be reached or was migrated by\n" +
+			"a newer dispatch. Reads only the settings below (no token or key). Any\n" +
+			"other DISPATCH_* variable in its environment must still be known and\n" +
+			"valid, as for api, so it runs with the api's environment unchanged."},
 	{"rekey", "re-encrypt credential secrets under DISPATCH_ENCRYPTION_KEY",
 		"Re-encrypts every stored secret under DISPATCH_ENCRYPTION_KEY, reading\n" +
 			"those sealed under DISPATCH_ENCRYPTION_KEY_PREVIOUS."},

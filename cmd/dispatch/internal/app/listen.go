@@ -135,7 +135,9 @@ func runListen(ctx context.Context, args []string, getenv func(string) string, s
 			code = *failStatus
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "--- #%d %s %s %s\n", seq, time.Now().UTC().Format(time.RFC3339Nano), r.Method, r.URL.RequestURI())
+		// The time as the FLOWCATALYST timestamp header has it: RFC 3339,
+		// UTC, to the millisecond.
+		fmt.Fprintf(&b, "--- #%d %s %s %s\n", seq, time.Now().UTC().Format(webhook.TimestampLayout), r.Method, r.URL.RequestURI())
 		names := make([]string, 0, len(r.Header))
 		for k := range r.Header {
 			names = append(names, k)
@@ -174,7 +176,7 @@ func runListen(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "listening on http://%s (answering %d; verifying with %d secret(s))\n", ln.Addr(), *status, len(secrets))
+	fmt.Fprintf(stdout, "listening on http://%s (%s; verifying with %d secret(s))\n", ln.Addr(), answering(*status, *failFirst, *failStatus), len(secrets))
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -184,6 +186,17 @@ func runListen(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	return nil
+}
+
+// answering says what listen answers, for its banner.
+func answering(status, failFirst, failStatus int) string {
+	switch {
+	case failFirst == 1:
+		return fmt.Sprintf("failing the first request with %d, then answering %d", failStatus, status)
+	case failFirst > 1:
+		return fmt.Sprintf("failing the first %d requests with %d, then answering %d", failFirst, failStatus, status)
+	}
+	return fmt.Sprintf("answering %d", status)
 }
 
 // redactBearer shows only a token's first characters.

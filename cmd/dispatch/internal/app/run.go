@@ -258,16 +258,25 @@ func (a *app) migrate(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if err := store.Migrate(ctx, pool); err != nil {
+	done, err := store.ApplyMigrations(ctx, pool)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintln(a.stdout, "schema is up to date")
+	switch done.Applied {
+	case 0:
+		fmt.Fprintf(a.stdout, "schema is up to date (version %d)\n", done.Version)
+	case 1:
+		fmt.Fprintf(a.stdout, "applied 1 migration; schema at version %d\n", done.Version)
+	default:
+		fmt.Fprintf(a.stdout, "applied %d migrations; schema at version %d\n", done.Applied, done.Version)
+	}
 	return nil
 }
 
 func (a *app) rekey(ctx context.Context) error {
 	if a.cfg.EncryptionKey == nil {
-		return errors.New("rekey needs DISPATCH_ENCRYPTION_KEY (the new key)")
+		return errors.New("rekey needs DISPATCH_ENCRYPTION_KEY, the new key (generate one with: openssl rand -base64 32), " +
+			"and the old one, if any, as DISPATCH_ENCRYPTION_KEY_PREVIOUS")
 	}
 	pool, st, err := a.openStore(ctx)
 	if err != nil {
@@ -277,6 +286,11 @@ func (a *app) rekey(ctx context.Context) error {
 	n, err := st.Reseal(ctx)
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		fmt.Fprintln(a.stdout, "re-encrypted 0 secret values: every one is under DISPATCH_ENCRYPTION_KEY already "+
+			"(to change the key, set the new one as DISPATCH_ENCRYPTION_KEY and the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS)")
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "re-encrypted %d secret values under the current key\n", n)
 	return nil
