@@ -433,3 +433,36 @@ func TestConsoleOverviewInUTC(t *testing.T) {
 
 	b.noUncaughtErrors()
 }
+
+// TestConsoleEventsPagingKeepsTheSearch searches events by source, edits
+// the form without searching, and pages on: the next page is of the
+// search shown, not of the edit (which paged through another search, its
+// rows under the first one's count).
+func TestConsoleEventsPagingKeepsTheSearch(t *testing.T) {
+	t.Parallel()
+	in := start(t, "api", nil)
+	var shop []string // oldest first
+	for i := range 26 {
+		shop = append(shop, in.publish(map[string]any{"source": "shop", "type": "order.created",
+			"data": json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}, http.StatusCreated).ID)
+	}
+	in.publish(map[string]any{"source": "billing", "type": "invoice.paid", "data": json.RawMessage(`{}`)}, http.StatusCreated)
+
+	b := newBrowser(t, in.apiURL)
+	b.signIn()
+	b.visit("#/events?source=shop")
+	b.waitFor("the shop's first page", `document.querySelectorAll('#events-table tbody tr').length === 25`)
+	b.do("edit the source, not searched", chromedp.Evaluate[chromedp.Void](`document.getElementById('e-source').value = 'billing'`))
+	b.do("older", chromedp.Click(chromedp.ID("events-older")))
+	b.waitFor("the second page", `location.hash.includes('page=1')`)
+	b.waitFor("its rows", `document.querySelectorAll('#events-table tbody tr').length === 1`)
+	row := eval[[]string](b, `[...document.querySelectorAll('#events-table tbody tr')].map((r) => r.dataset.id + ' ' + r.children[2].textContent)`)
+	if want := shop[0] + " shop"; len(row) != 1 || row[0] != want {
+		t.Errorf("the second page of the shop's events shows %v, want [%s]", row, want)
+	}
+	if !strings.Contains(eval[string](b, `location.hash`), "source=shop") {
+		t.Errorf("the second page's address %s lost the search", eval[string](b, `location.hash`))
+	}
+	b.shot("44-events-second-page-of-the-search")
+	b.noUncaughtErrors()
+}

@@ -336,17 +336,29 @@ export function eventsPage(main, params) {
     h('div', {}, h('h1', {}, 'Events'), h('div', { class: 'muted' }, 'Events published with POST /api/dispatch/events, newest first. Open one to see its jobs.'))),
   form, results);
 
-  function go({ page = 0, before = '' } = {}) {
+  function show(q) {
+    const target = '#/events' + (q.toString() ? '?' + q : '');
+    if (location.hash === target) load(); else location.hash = target;
+  }
+  function search() {
     const fd = new FormData(form);
     const q = new URLSearchParams();
     for (const k of ['type', 'source']) if (fd.get(k).trim()) q.set(k, fd.get(k).trim());
     for (const k of ['createdAfter', 'createdBefore']) if (fd.get(k)) q.set(k, new Date(fd.get(k) + 'Z').toISOString());
+    show(q);
+  }
+  // Newer and Older page through the search the address holds, not
+  // through what the form holds now: an edit not searched yet changes no
+  // page.
+  function pageTo({ page = 0, before = '' } = {}) {
+    const q = eventQuery(params);
+    q.delete('page');
+    q.delete('before');
     if (page) q.set('page', String(page));
     if (before) q.set('before', before);
-    const target = '#/events' + (q.toString() ? '?' + q : '');
-    if (location.hash === target) load(); else location.hash = target;
+    show(q);
   }
-  form.addEventListener('submit', (ev) => { ev.preventDefault(); go(); });
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); search(); });
 
   async function load() {
     const q = eventQuery(params);
@@ -367,7 +379,7 @@ export function eventsPage(main, params) {
               h('td', { class: 'truncate mono small event-data', title: data }, data),
               h('td', { class: 'nowrap', title: fmtTime(e.createdAt) }, ago(e.createdAt)));
           })))),
-          pager(res, 'event', at, go, 'events'))
+          pager(res, 'event', at, pageTo, 'events'))
         : h('div', { class: 'card' }, q.toString() !== 'size=25'
           ? empty('No events match these filters', 'Widen the filters or clear them.')
           : empty('No events yet', 'Publish one with POST /api/dispatch/events; it fans out to the matching subscriptions.')));
