@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // AlertSource is the source of every alert job.
@@ -79,12 +80,35 @@ var alertNouns = map[string][2]string{
 }
 
 // Summary is the alert's one line: "7 subscriptions disabled since …".
-func (a AlertDue) Summary() string {
+func (a AlertDue) Summary() string { return a.summary(func(s string) string { return s }) }
+
+// summary is Summary with the event's subject (outside text) written by
+// show.
+func (a AlertDue) summary(show func(string) string) string {
 	noun := alertNouns[a.Kind]
 	if a.Count == 1 {
-		return fmt.Sprintf("dispatch: 1 %s: %s", noun[0], a.Events[0].Subject)
+		return fmt.Sprintf("dispatch: 1 %s: %s", noun[0], show(a.Events[0].Subject))
 	}
 	return fmt.Sprintf("dispatch: %d %s since %s", a.Count, noun[1], a.Since.UTC().Format(time.RFC3339))
+}
+
+// slackEscaper writes the three characters Slack reads as markup
+// (https://api.slack.com/reference/surfaces/formatting#escaping).
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// slackText makes s, text from outside (a subscription's name, a job's
+// source and type, a host, a reason), plain text in a Slack message: its
+// &, < and > escaped, so that it cannot mention (<!channel>), link
+// (<https://…|…>) or name a channel or a user; and its line breaks (and
+// other control characters) turned into spaces, so that it stays on its
+// own line and cannot write lines that look like dispatch's.
+func slackText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, slackEscaper.Replace(s))
 }
 
 // AlertMaxRetries is how often an alert job is retried.
@@ -95,12 +119,14 @@ const AlertMaxRetries = 10
 func (a AlertDue) Job() *Job {
 	var body any
 	if a.Destination.Kind == AlertSlack {
+		// Subjects and details come from outside: Slack is given them as
+		// plain text.
 		var b strings.Builder
-		b.WriteString(a.Summary())
+		b.WriteString(a.summary(slackText))
 		for _, e := range a.Events {
-			b.WriteString("\n• " + e.Subject)
+			b.WriteString("\n• " + slackText(e.Subject))
 			if e.Detail != "" {
-				b.WriteString(": " + e.Detail)
+				b.WriteString(": " + slackText(e.Detail))
 			}
 		}
 		if more := a.Count - len(a.Events); more > 0 {

@@ -165,6 +165,34 @@ type Credentials struct {
 	UpdatedAt time.Time
 }
 
+// CredentialsInfo is what may be shown of credentials: all but their
+// secrets. The store reads it without opening them, so a list or a change
+// of name or targets needs no encryption key, and credentials sealed under
+// a key this process lacks break nothing else.
+type CredentialsInfo struct {
+	ID              int64
+	Name            string
+	Algorithm       string
+	SignatureScheme string
+	HasBearerToken  bool
+	AllowedTargets  []string
+	// PreviousExpires are the ends of the grace periods of the secrets
+	// rotations replaced, newest first (Credentials.Previous).
+	PreviousExpires []time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// Info returns what may be shown of c.
+func (c Credentials) Info() CredentialsInfo {
+	i := CredentialsInfo{ID: c.ID, Name: c.Name, Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
+		HasBearerToken: c.BearerToken != "", AllowedTargets: c.AllowedTargets, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	for _, p := range c.Previous {
+		i.PreviousExpires = append(i.PreviousExpires, p.ExpiresAt)
+	}
+	return i
+}
+
 // PreviousSecret is a secret a rotation replaced, valid until ExpiresAt.
 type PreviousSecret struct {
 	Secret    string

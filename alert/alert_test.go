@@ -15,6 +15,7 @@ import (
 type fakeStore struct {
 	mu        sync.Mutex
 	states    map[string]bool // a key never set is off, as in the database
+	holds     map[string]map[string]bool
 	sets      map[string]int
 	events    []dispatch.AlertEvent
 	counts    map[string]int
@@ -22,7 +23,7 @@ type fakeStore struct {
 }
 
 func newFake() *fakeStore {
-	return &fakeStore{states: map[string]bool{}, sets: map[string]int{}, counts: map[string]int{}}
+	return &fakeStore{states: map[string]bool{}, holds: map[string]map[string]bool{}, sets: map[string]int{}, counts: map[string]int{}}
 }
 
 func (f *fakeStore) FlushAlerts(context.Context, time.Time, time.Duration) (int, error) {
@@ -41,6 +42,37 @@ func (f *fakeStore) SetAlertState(_ context.Context, key string, active bool, e 
 		f.events = append(f.events, e)
 	}
 	return true, nil
+}
+
+// HoldAlert and ReleaseAlert keep holds that never run out.
+func (f *fakeStore) HoldAlert(_ context.Context, key, holder string, _ time.Duration, e dispatch.AlertEvent) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := len(f.holds[key]) > 0
+	if f.holds[key] == nil {
+		f.holds[key] = map[string]bool{}
+	}
+	f.holds[key][holder] = true
+	if !was {
+		f.events = append(f.events, e)
+	}
+	return !was, nil
+}
+
+func (f *fakeStore) ReleaseAlert(_ context.Context, key, holder string, e dispatch.AlertEvent) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := len(f.holds[key]) > 0
+	delete(f.holds[key], holder)
+	if was && len(f.holds[key]) == 0 {
+		f.events = append(f.events, e)
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *fakeStore) RenewAlertHolds(context.Context, string, []string, time.Duration) ([]string, error) {
+	return nil, nil
 }
 
 func (f *fakeStore) CountExhausted(_ context.Context, source, typ string, _ time.Time, n, _ int, _ dispatch.AlertEvent) (bool, error) {
@@ -114,8 +146,9 @@ func TestNotifierRecordsBreakerChangesAndAnOldBacklog(t *testing.T) {
 	f.oldestDue = &old
 	n := alert.New(f, alert.Config{Window: time.Second, BacklogAge: 30 * time.Minute, Tick: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	n.BreakerChanged("api.example.com:443", true)
-	n.BreakerChanged("api.example.com:443", false)
 	start(t, n)
+	waitUntil(t, f, "two events", func() bool { return len(f.events) == 2 })
+	n.BreakerChanged("api.example.com:443", false)
 	waitUntil(t, f, "three events", func() bool { return len(f.events) == 3 })
 	kinds := map[string]bool{}
 	for _, e := range f.events {

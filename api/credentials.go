@@ -47,10 +47,11 @@ func (s *Server) createCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	v := viewCredentials(cr, s.now())
+	v := viewCredentials(cr.Info(), s.now())
 	if generated {
 		v.SigningSecret = secret // shown this once
 	}
+	noStore(c)
 	writeJSON(c, http.StatusCreated, v)
 }
 
@@ -95,7 +96,7 @@ func (s *Server) getCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	v := viewCredentials(cr, s.now())
+	v := viewCredentials(cr.Info(), s.now())
 	v.Usage = viewCredentialsUsage(usage[id])
 	writeJSON(c, http.StatusOK, v)
 }
@@ -190,10 +191,11 @@ func (s *Server) rotateCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	v := viewCredentials(cr, s.now())
+	v := viewCredentials(cr.Info(), s.now())
 	if generated {
-		v.SigningSecret = secret
+		v.SigningSecret = secret // shown this once
 	}
+	noStore(c)
 	writeJSON(c, http.StatusOK, v)
 }
 

@@ -16,7 +16,12 @@ import (
 
 // Verifier runs a subscription's verification handshake and stores the outcome.
 type Verifier interface {
+	// Verify runs it for /verify (and a creation with "verify": true); a
+	// DISABLED subscription is refused (409).
 	Verify(ctx context.Context, id int64) (dispatch.Subscription, error)
+	// Enable runs it for the /enable of a DISABLED subscription whose url
+	// has not passed: the outcome decides.
+	Enable(ctx context.Context, id int64) (dispatch.Subscription, error)
 }
 
 func (s *Server) createSubscription(c *gin.Context) {
@@ -36,7 +41,7 @@ func (s *Server) createSubscription(c *gin.Context) {
 		// to the handshake, so that a client's retry cannot make a second
 		// one. One that could not run leaves it PENDING_VERIFICATION, to
 		// verify with POST …/{id}/verify.
-		if v, err := s.verify(c.Request.Context(), out.ID); err != nil {
+		if v, err := s.verify(c.Request.Context(), out.ID, false); err != nil {
 			s.log.Warn("subscription created, but its verification handshake could not run", "subscription_id", out.ID, "err", err)
 		} else {
 			out = v
@@ -45,9 +50,13 @@ func (s *Server) createSubscription(c *gin.Context) {
 	writeJSON(c, http.StatusCreated, viewSubscription(out))
 }
 
-func (s *Server) verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
+// verify runs the handshake of subscription id; enabling: for its enable.
+func (s *Server) verify(ctx context.Context, id int64, enabling bool) (dispatch.Subscription, error) {
 	if s.cfg.Verifier == nil {
 		return dispatch.Subscription{}, dispatch.Errorf(dispatch.EUnavailable, "verification is not available in this process")
+	}
+	if enabling {
+		return s.cfg.Verifier.Enable(ctx, id)
 	}
 	return s.cfg.Verifier.Verify(ctx, id)
 }
@@ -154,7 +163,7 @@ func (s *Server) patchSubscription(ctx context.Context, c *gin.Context, id int64
 func (s *Server) enableSubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
 	sub, err := s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionActive, "", dispatch.SubscriptionDisabled)
 	if errors.Is(err, dispatch.ErrUnverified) {
-		return s.verify(ctx, id)
+		return s.verify(ctx, id, true)
 	}
 	return sub, err
 }
@@ -163,8 +172,11 @@ func (s *Server) disableSubscription(ctx context.Context, _ *gin.Context, id int
 	return s.store.SetSubscriptionStatus(ctx, id, dispatch.SubscriptionDisabled, "disabled by request")
 }
 
+// verifySubscription runs the handshake again; a DISABLED subscription is
+// refused (409: its enable runs the handshake), so that an operator's
+// disable is not undone.
 func (s *Server) verifySubscription(ctx context.Context, _ *gin.Context, id int64) (dispatch.Subscription, error) {
-	return s.verify(ctx, id)
+	return s.verify(ctx, id, false)
 }
 
 func (s *Server) deleteSubscription(c *gin.Context) {

@@ -63,6 +63,10 @@ func (l lazyVerifier) Verify(ctx context.Context, id int64) (dispatch.Subscripti
 	return l().Verify(ctx, id)
 }
 
+func (l lazyVerifier) Enable(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	return l().Enable(ctx, id)
+}
+
 // echoReceiver answers the verification handshake when echo is true, and
 // 200 {} otherwise.
 func echoReceiver(t *testing.T, echo bool) string {
@@ -466,6 +470,52 @@ func TestEnableDoesNotSkipTheHandshake(t *testing.T) {
 	f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/enable", "").want(t, http.StatusOK).decode(t, &sub)
 	if sub.Status != "ACTIVE" || rc.handshakes.Load() != 3 {
 		t.Errorf("enable of a verified url: %s after %d handshakes, want ACTIVE after 3", sub.Status, rc.handshakes.Load())
+	}
+}
+
+// TestVerifyLeavesADisabledSubscriptionDisabled: /verify of a DISABLED
+// subscription is refused (409) without a handshake, whether its endpoint
+// would pass or fail: it neither makes it ACTIVE nor turns the operator's
+// disable into "waiting for verification". Its /enable still runs the
+// handshake when its url has not passed one.
+func TestVerifyLeavesADisabledSubscriptionDisabled(t *testing.T) {
+	f := setupVerifying(t)
+	rc := newHandshakeReceiver(t)
+	rc.echo.Store(true)
+	var verified, plain subscriptionOut
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"v","url":"`+rc.URL+`/v","eventTypes":["order.*"],"verify":true}`).
+		want(t, http.StatusCreated).decode(t, &verified)
+	f.do(t, "POST", "/api/dispatch/subscriptions", `{"name":"p","url":"`+rc.URL+`/p","eventTypes":["order.*"]}`).
+		want(t, http.StatusCreated).decode(t, &plain)
+	if verified.Status != "ACTIVE" || plain.Status != "ACTIVE" {
+		t.Fatalf("created %+v and %+v", verified, plain)
+	}
+	before := rc.handshakes.Load()
+	for _, sub := range []subscriptionOut{verified, plain} {
+		f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/disable", "").want(t, http.StatusOK)
+		for _, echo := range []bool{true, false} { // an endpoint that would pass, then one that would fail
+			rc.echo.Store(echo)
+			f.do(t, "POST", "/api/dispatch/subscriptions/"+sub.ID+"/verify", "").errorCode(t, http.StatusConflict, dispatch.EConflict)
+			var got subscriptionOut
+			f.do(t, "GET", "/api/dispatch/subscriptions/"+sub.ID, "").want(t, http.StatusOK).decode(t, &got)
+			if got.Status != "DISABLED" || got.DisabledReason != "disabled by request" || got.VerifiedURL != sub.VerifiedURL {
+				t.Errorf("%s after /verify (endpoint echoes: %v): %s (%q), verified %q; want DISABLED (%q) as the operator left it",
+					sub.Name, echo, got.Status, got.DisabledReason, got.VerifiedURL, "disabled by request")
+			}
+			if f.reaches(t, sub.ID) {
+				t.Errorf("%s: an event reached a DISABLED subscription after /verify", sub.Name)
+			}
+		}
+	}
+	if n := rc.handshakes.Load() - before; n != 0 {
+		t.Errorf("/verify of DISABLED subscriptions sent %d handshakes, want none", n)
+	}
+	// The url changes while it is disabled: /enable runs the handshake.
+	rc.echo.Store(true)
+	f.do(t, "PATCH", "/api/dispatch/subscriptions/"+verified.ID, `{"url":"`+rc.URL+`/v2"}`).want(t, http.StatusOK)
+	f.do(t, "POST", "/api/dispatch/subscriptions/"+verified.ID+"/enable", "").want(t, http.StatusOK).decode(t, &verified)
+	if verified.Status != "ACTIVE" || verified.VerifiedURL != rc.URL+"/v2" || rc.handshakes.Load()-before != 1 {
+		t.Errorf("enable after a url change: %+v after %d handshakes, want ACTIVE on the new url after 1", verified, rc.handshakes.Load()-before)
 	}
 }
 

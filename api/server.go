@@ -37,9 +37,9 @@ type Store interface {
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
 	DeleteCredentials(ctx context.Context, id int64) error
 	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
-	UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.Credentials, error)
+	UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.CredentialsInfo, error)
 	CredentialsUsage(ctx context.Context, ids []int64) (map[int64]dispatch.CredentialsUsage, error)
-	ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error)
+	ListCredentials(ctx context.Context, page, size int) ([]dispatch.CredentialsInfo, int, error)
 	CountReplayable(ctx context.Context, f dispatch.JobFilter) (int, error)
 	Stats(ctx context.Context, to time.Time, window, bucket time.Duration) (dispatch.Stats, error)
 	Backlog(ctx context.Context, now time.Time) (dispatch.Backlog, error)

@@ -172,6 +172,7 @@ func (s *Server) login(c *gin.Context) {
 	}
 	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
 		Secure: s.viaHTTPS(c.Request), SameSite: http.SameSiteStrictMode, Expires: sess.expires})
+	noStore(c)
 	writeJSON(c, http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires), Insecure: insecure})
 }
 
@@ -192,6 +193,7 @@ func (s *Server) currentSession(c *gin.Context) {
 		s.writeError(c, dispatch.Errorf(dispatch.EUnauthorized, "%s", msg))
 		return
 	}
+	noStore(c)
 	writeJSON(c, http.StatusOK, sessionView{CSRFToken: sess.csrf, ExpiresAt: fmtTime(sess.expires),
 		Insecure: s.cfg.AdminToken == "" && s.cfg.Insecure})
 }

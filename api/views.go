@@ -24,6 +24,13 @@ var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // page of events with large payloads is not held on to.
 const maxPooledAnswer = 256 << 10
 
+// noStore keeps an answer that carries a secret (a signing secret shown
+// once, a session's CSRF token) out of every cache, a browser's or a
+// proxy's.
+func noStore(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+}
+
 // writeJSON answers with v as JSON, as gin's c.JSON does (the same bytes
 // and Content-Type), with its length: a large answer is not chunked.
 func writeJSON(c *gin.Context, status int, v any) {
@@ -195,20 +202,26 @@ func viewCredentialsUsage(u dispatch.CredentialsUsage) *credentialsUsageView {
 		LiveJobsExact: u.LiveJobs <= dispatch.CountLimit, AlertDestinations: u.AlertDestinations}
 }
 
-func viewCredentials(c dispatch.Credentials, now time.Time) credentialsView {
+func viewCredentials(c dispatch.CredentialsInfo, now time.Time) credentialsView {
 	v := credentialsView{
 		ID: dispatch.FormatID(c.ID), Name: c.Name, Algorithm: c.Algorithm, SignatureScheme: c.SignatureScheme,
-		HasBearerToken: c.BearerToken != "", CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
+		HasBearerToken: c.HasBearerToken, CreatedAt: fmtTime(c.CreatedAt), UpdatedAt: fmtTime(c.UpdatedAt),
 		AllowedTargets: c.AllowedTargets,
 	}
 	if v.AllowedTargets == nil {
 		v.AllowedTargets = []string{}
 	}
-	v.PreviousSecretExpiresAt = fmtTimePtr(c.GraceEnds(now))
-	for _, p := range c.Previous {
-		if now.Before(p.ExpiresAt) {
-			v.PreviousSecretsExpireAt = append(v.PreviousSecretsExpireAt, fmtTime(p.ExpiresAt))
+	var last time.Time
+	for _, end := range c.PreviousExpires {
+		if now.Before(end) {
+			v.PreviousSecretsExpireAt = append(v.PreviousSecretsExpireAt, fmtTime(end))
+			if end.After(last) {
+				last = end
+			}
 		}
+	}
+	if !last.IsZero() {
+		v.PreviousSecretExpiresAt = fmtTimePtr(&last)
 	}
 	return v
 }

@@ -15,17 +15,23 @@ import (
 
 // Breakers holds one circuit breaker per target host, so one failing
 // endpoint stops costing attempts and pool slots while others go on.
-// Idle breakers are forgotten after an hour.
+// Idle breakers are forgotten after an hour (breakerIdle).
 type Breakers struct {
 	failures uint32
 	open     time.Duration
+	idle     time.Duration
 	mu       sync.Mutex
 	byHost   *cache.Cache
+	swept    time.Time // when forgotten breakers were last looked for
 	// changed, when set, is told each time a host's breaker opens or
-	// closes (operational alerts), a reset included. It is called with
-	// the breaker's locks held, so it must not block.
+	// closes (operational alerts), a reset and an open breaker forgotten
+	// included. It is called with the breaker's locks held, so it must
+	// not block.
 	changed func(host string, open bool)
 }
+
+// breakerIdle is how long a breaker no request asked for is kept.
+const breakerIdle = time.Hour
 
 // OnChange has fn told each time a host's breaker opens or closes; fn must
 // not block. Call it before the breakers are used.
@@ -43,29 +49,54 @@ type hostBreaker struct {
 	// toldOpen is whether changed was last told this breaker is open
 	// (half-open still is: only a close or an opening is told).
 	toldOpen bool
-	// reset is set when Reset forgets the breaker: requests still running
-	// may change it, but the host has a new one, so it tells nothing.
+	// reset is set when the breaker is forgotten (Reset, or idle):
+	// requests still running may change it, but the host has a new one,
+	// so it tells nothing.
 	reset bool
 }
 
 // NewBreakers opens a host's breaker after `failures` consecutive retryable
 // failures and keeps it open for `open`. failures = 0 disables breaking.
 func NewBreakers(failures int, open time.Duration) *Breakers {
-	// No janitor goroutine (it would have no owner): expired breakers are
-	// pruned when a new host is added instead.
-	return &Breakers{failures: uint32(failures), open: open, byHost: cache.New(time.Hour, 0)}
+	// No janitor goroutine (it would have no owner): forgotten breakers are
+	// swept as requests ask for breakers (get), at most once a minute.
+	b := &Breakers{failures: uint32(failures), open: open, idle: breakerIdle, byHost: cache.New(breakerIdle, 0)}
+	b.byHost.OnEvicted(func(host string, v any) { b.forget(host, v.(*hostBreaker)) })
+	return b
+}
+
+// forget is told that host's breaker hb is gone (reset, or idle): one
+// told open is told closed, as if its trial had succeeded, since the
+// host's requests go again; so the host's next opening is alerted as one,
+// not taken for an opening already known. Called with b.mu held.
+func (b *Breakers) forget(host string, hb *hostBreaker) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.reset = true
+	if hb.toldOpen && b.changed != nil {
+		b.changed(host, false)
+	}
+	hb.toldOpen = false
+}
+
+// sweep forgets the breakers idle for longer than b.idle, at most once a
+// sixtieth of it (a minute). Called with b.mu held.
+func (b *Breakers) sweep(now time.Time) {
+	if now.Sub(b.swept) >= b.idle/60 {
+		b.swept = now
+		b.byHost.DeleteExpired()
+	}
 }
 
 func (b *Breakers) get(host string) *hostBreaker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.sweep(time.Now())
 	if hb, ok := b.byHost.Get(host); ok {
-		b.byHost.SetDefault(host, hb) // refresh the idle timer
+		b.byHost.Set(host, hb, b.idle) // refresh the idle timer
 		return hb.(*hostBreaker)
 	}
-	if b.byHost.ItemCount() >= 1024 {
-		b.byHost.DeleteExpired()
-	}
+	b.byHost.Delete(host) // the host's idle breaker, if one is left: forgotten
 	hb := &hostBreaker{}
 	hb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        host,
@@ -95,7 +126,7 @@ func (b *Breakers) get(host string) *hostBreaker {
 			}
 		},
 	})
-	b.byHost.SetDefault(host, hb)
+	b.byHost.Set(host, hb, b.idle)
 	return hb
 }
 
@@ -138,6 +169,7 @@ func (b *Breakers) Open() []OpenHost {
 		return nil
 	}
 	b.mu.Lock()
+	b.sweep(time.Now())
 	items := b.byHost.Items()
 	b.mu.Unlock()
 	var out []OpenHost
@@ -161,6 +193,7 @@ func (b *Breakers) States() []dispatch.BreakerState {
 		return nil
 	}
 	b.mu.Lock()
+	b.sweep(time.Now())
 	items := b.byHost.Items()
 	b.mu.Unlock()
 	out := make([]dispatch.BreakerState, 0, len(items))
@@ -192,20 +225,8 @@ func (b *Breakers) Reset(host string) bool {
 		return false
 	}
 	b.mu.Lock()
-	it, ok := b.byHost.Get(host)
-	if ok {
-		b.byHost.Delete(host)
-	}
-	b.mu.Unlock()
-	if !ok {
-		return false
-	}
-	hb := it.(*hostBreaker)
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	hb.reset = true
-	if hb.toldOpen && b.changed != nil {
-		b.changed(host, false)
-	}
-	return true
+	defer b.mu.Unlock()
+	_, ok := b.byHost.Get(host)
+	b.byHost.Delete(host) // forget, told closed if it was told open
+	return ok
 }

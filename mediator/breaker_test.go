@@ -1,10 +1,12 @@
 package mediator_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dispatchhq/dispatch"
 	"github.com/dispatchhq/dispatch/mediator"
 )
 
@@ -198,6 +200,34 @@ func TestBreakerResetDuringTrialTellsNothingMore(t *testing.T) {
 		t.Error("the host's new breaker refuses after the old one's trial failed")
 	}
 	if got := strings.Join(*changes, ", "); got != host+" opened, "+host+" closed" {
+		t.Errorf("changes: %s", got)
+	}
+}
+
+// An open breaker no request asks for is forgotten after its idle time
+// (an hour), as requests to other hosts go on: it is told closed, since
+// the host's requests go again, so the host's next outage is alerted as
+// an opening, not taken for the one the alerts already know.
+func TestBreakerForgottenWhileOpenTellsItClosed(t *testing.T) {
+	b := mediator.NewBreakers(2, time.Minute)
+	mediator.ForgetIdleAfter(b, 50*time.Millisecond)
+	changes := recordChanges(b)
+	const host = "down.example:443"
+	fail(t, b, host, 2)
+	waitUntil(t, 5*time.Second, "the idle open breaker is forgotten", func() bool {
+		done, _, _ := b.Allow("up.example:443")
+		done(false)
+		return len(*changes) == 2
+	})
+	if got := strings.Join(*changes, ", "); got != host+" opened, "+host+" closed" {
+		t.Fatalf("changes: %s", got)
+	}
+	if states := b.States(); slices.ContainsFunc(states, func(s dispatch.BreakerState) bool { return s.Host == host }) {
+		t.Errorf("the forgotten breaker is still listed: %+v", states)
+	}
+	// The host's next outage opens a new breaker, told as an opening.
+	fail(t, b, host, 2)
+	if got := strings.Join(*changes, ", "); got != host+" opened, "+host+" closed, "+host+" opened" {
 		t.Errorf("changes: %s", got)
 	}
 }

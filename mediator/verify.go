@@ -29,7 +29,8 @@ type VerifyStore interface {
 // subscription ACTIVE with that url verified; anything else leaves it
 // PENDING_VERIFICATION with the reason. The outcome is for the url the
 // handshake reached: it is stored only if the url (and the status) did not
-// change while the handshake ran.
+// change while the handshake ran. A DISABLED subscription is verified only
+// as it is enabled (Enable): /verify does not undo an operator's disable.
 type Verifier struct {
 	store  VerifyStore
 	sender *Sender
@@ -44,14 +45,36 @@ func NewVerifier(store VerifyStore, sender *Sender, log *slog.Logger) *Verifier 
 	return &Verifier{store: store, sender: sender, log: log.With("component", "verifier")}
 }
 
-// Verify runs the handshake for subscription id and stores its outcome. It
-// returns the subscription as it is afterwards: when its url or status
-// changed while the handshake ran, the outcome is dropped and the
-// subscription is returned as that change left it.
+// errDisabled refuses the handshake of a DISABLED subscription outside an
+// enable: its outcome would make it ACTIVE, or PENDING_VERIFICATION in
+// place of the reason it was disabled for.
+var errDisabled = &dispatch.Error{Code: dispatch.EConflict,
+	Message: "the subscription is DISABLED: enable it (POST …/enable runs the handshake when its url has not passed one)"}
+
+// Verify runs the handshake for subscription id (POST …/verify) and stores
+// its outcome. It returns the subscription as it is afterwards: when its
+// url or status changed while the handshake ran, the outcome is dropped
+// and the subscription is returned as that change left it. A DISABLED
+// subscription is refused (errDisabled) and left as it is.
 func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	return v.verify(ctx, id, false)
+}
+
+// Enable runs the handshake that enabling subscription id needs when it
+// requires verification and its url has not passed (POST …/enable of a
+// DISABLED one): as Verify, but from DISABLED too, so that its outcome
+// decides: ACTIVE, or PENDING_VERIFICATION with the reason.
+func (v *Verifier) Enable(ctx context.Context, id int64) (dispatch.Subscription, error) {
+	return v.verify(ctx, id, true)
+}
+
+func (v *Verifier) verify(ctx context.Context, id int64, enabling bool) (dispatch.Subscription, error) {
 	sub, err := v.store.GetSubscription(ctx, id)
 	if err != nil {
 		return sub, err
+	}
+	if sub.Status == dispatch.SubscriptionDisabled && !enabling {
+		return sub, errDisabled // 409: nothing sent, nothing stored
 	}
 	if err := v.checkTarget(ctx, sub); err != nil {
 		return sub, err // 422: nothing sent, nothing stored
@@ -60,6 +83,8 @@ func (v *Verifier) Verify(ctx context.Context, id int64) (dispatch.Subscription,
 	if reason != "" {
 		reason = "verification failed: " + reason
 	}
+	// Compare-and-set from the status read above: a disable that lands
+	// while the handshake runs drops its outcome.
 	out, applied, err := v.store.ApplyHandshake(ctx, id, sub.URL, sub.Status, reason)
 	if err != nil {
 		return out, err

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -104,6 +105,104 @@ func (s *Store) SetAlertState(ctx context.Context, key string, active bool, e di
 		return false, fmt.Errorf("store: set alert state %s: %w", key, err)
 	}
 	return changed, nil
+}
+
+// HoldAlert has holder (one process) hold the condition key on until
+// lease from now: a new hold, or the renewal of its own. It records e
+// (nothing when e.Kind is empty) when no unexpired hold of key was left,
+// its own included: the condition turns on. It reports whether it did.
+// Holds of one key change one at a time, so processes holding a key at
+// once record e once.
+func (s *Store) HoldAlert(ctx context.Context, key, holder string, lease time.Duration, e dispatch.AlertEvent) (bool, error) {
+	changed, err := s.setAlertHold(ctx, key, holder, lease, e)
+	if err != nil {
+		return false, fmt.Errorf("store: hold alert %s: %w", key, err)
+	}
+	return changed, nil
+}
+
+// ReleaseAlert ends holder's hold of the condition key and records e
+// (nothing when e.Kind is empty) when that leaves no unexpired hold where
+// one was: the condition turns off. It reports whether it did.
+func (s *Store) ReleaseAlert(ctx context.Context, key, holder string, e dispatch.AlertEvent) (bool, error) {
+	changed, err := s.setAlertHold(ctx, key, holder, 0, e)
+	if err != nil {
+		return false, fmt.Errorf("store: release alert %s: %w", key, err)
+	}
+	return changed, nil
+}
+
+// setAlertHold holds key for holder until lease from now, or releases
+// holder's hold (lease 0), and records e if the condition changes.
+func (s *Store) setAlertHold(ctx context.Context, key, holder string, lease time.Duration, e dispatch.AlertEvent) (bool, error) {
+	var changed bool
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// The key's state row, made if new and locked either way: changes
+		// of one key's holds take turns, so two processes whose breakers
+		// open at once do not both find no hold and record two events.
+		if _, err := tx.Exec(ctx, `INSERT INTO dispatch_alert_state AS st (key, active, changed_at) VALUES ($1, false, now())
+			ON CONFLICT (key) DO UPDATE SET active = st.active`, key); err != nil {
+			return err
+		}
+		// A hold that ran out counts as released: its process stopped, or
+		// stopped renewing it.
+		if _, err := tx.Exec(ctx, `DELETE FROM dispatch_alert_hold WHERE key = $1 AND expires_at <= now()`, key); err != nil {
+			return err
+		}
+		var was, is bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dispatch_alert_hold WHERE key = $1)`, key).Scan(&was); err != nil {
+			return err
+		}
+		if lease > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO dispatch_alert_hold (key, holder, expires_at)
+				VALUES ($1, $2, now() + make_interval(secs => $3::float8))
+				ON CONFLICT (key, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, key, holder, lease.Seconds()); err != nil {
+				return err
+			}
+			is = true
+		} else if err := tx.QueryRow(ctx, `
+			WITH gone AS (DELETE FROM dispatch_alert_hold WHERE key = $1 AND holder = $2)
+			SELECT EXISTS (SELECT 1 FROM dispatch_alert_hold WHERE key = $1 AND holder <> $2)`, key, holder).Scan(&is); err != nil {
+			return err
+		}
+		if was == is {
+			return nil
+		}
+		changed = true
+		// The event is the last statement: its insert waits for a flush
+		// under way (FlushAlerts), and holds nothing the flush takes.
+		_, err := tx.Exec(ctx, `
+			WITH st AS (UPDATE dispatch_alert_state SET active = $2, changed_at = now() WHERE key = $1)
+			INSERT INTO dispatch_alert_event (kind, subject, detail) SELECT $3, $4, $5 WHERE $3 <> ''`,
+			key, is, e.Kind, e.Subject, e.Detail)
+		return err
+	})
+	return changed, err
+}
+
+// RenewAlertHolds moves holder's unexpired holds of keys to lease from
+// now, in one statement. It returns the keys whose holds it did not find
+// (they ran out, or were never made): HoldAlert makes those again, and
+// records their events if no other process held them meanwhile.
+func (s *Store) RenewAlertHolds(ctx context.Context, holder string, keys []string, lease time.Duration) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE dispatch_alert_hold SET expires_at = now() + make_interval(secs => $3::float8)
+		WHERE key = ANY($1) AND holder = $2 AND expires_at > now()
+		RETURNING key`, keys, holder, lease.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("store: renew alert holds: %w", err)
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: renew alert holds: %w", err)
+	}
+	var lapsed []string
+	for _, k := range keys {
+		if !slices.Contains(renewed, k) {
+			lapsed = append(lapsed, k)
+		}
+	}
+	return lapsed, nil
 }
 
 // CountExhausted adds n jobs of source and type that exhausted their
@@ -239,13 +338,17 @@ func (s *Store) flushAlertsOnce(ctx context.Context, now time.Time, window time.
 	return made, err
 }
 
-// PruneAlerts forgets events every destination has been sent and that
-// are older than before, and exhausted counts of windows before it.
+// PruneAlerts forgets events older than before that every destination
+// has been sent (each destination's window of the event's kind is past
+// it: a kind that stays quiet holds back no other kind's events),
+// exhausted counts of windows before it, and holds that ran out before it
+// (of processes gone, for hosts no breaker opened for since).
 func (s *Store) PruneAlerts(ctx context.Context, before time.Time) error {
 	_, err := s.pool.Exec(ctx, `
-		WITH c AS (DELETE FROM dispatch_alert_count WHERE window_start < $1)
-		DELETE FROM dispatch_alert_event WHERE created_at < $1
-			AND id <= COALESCE((SELECT min(last_event_id) FROM dispatch_alert_window), (SELECT max(id) FROM dispatch_alert_event))`, before)
+		WITH c AS (DELETE FROM dispatch_alert_count WHERE window_start < $1),
+			h AS (DELETE FROM dispatch_alert_hold WHERE expires_at < $1)
+		DELETE FROM dispatch_alert_event e WHERE e.created_at < $1
+			AND NOT EXISTS (SELECT 1 FROM dispatch_alert_window w WHERE w.kind = e.kind AND w.last_event_id < e.id)`, before)
 	if err != nil {
 		return fmt.Errorf("store: prune alerts: %w", err)
 	}

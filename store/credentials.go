@@ -143,11 +143,24 @@ func (s *Store) scanCredentials(row pgx.Row) (dispatch.Credentials, error) {
 	return c, nil
 }
 
+// credentialsInfoColumns are what a dispatch.CredentialsInfo shows: no
+// sealed value, so reading them needs no key.
+const credentialsInfoColumns = `id, name, algorithm, signature_scheme, bearer_token IS NOT NULL,
+	allowed_targets, previous_expires, created_at, updated_at`
+
+func scanCredentialsInfo(row pgx.Row) (dispatch.CredentialsInfo, error) {
+	var c dispatch.CredentialsInfo
+	err := row.Scan(&c.ID, &c.Name, &c.Algorithm, &c.SignatureScheme, &c.HasBearerToken,
+		&c.AllowedTargets, &c.PreviousExpires, &c.CreatedAt, &c.UpdatedAt)
+	return c, err
+}
+
 // ListCredentials returns one page of credentials, newest first, and the
-// total. Secrets are opened like GetCredentials'; callers show none.
-func (s *Store) ListCredentials(ctx context.Context, page, size int) ([]dispatch.Credentials, int, error) {
-	out, total, err := newestPage(ctx, s, "dispatch_credentials", credentialsColumns, "", nil, page, size,
-		func(r pgx.CollectableRow) (dispatch.Credentials, error) { return s.scanCredentials(r) })
+// total. It opens no secret (the list shows none): credentials sealed under
+// a key this process lacks are listed like the others.
+func (s *Store) ListCredentials(ctx context.Context, page, size int) ([]dispatch.CredentialsInfo, int, error) {
+	out, total, err := newestPage(ctx, s, "dispatch_credentials", credentialsInfoColumns, "", nil, page, size,
+		func(r pgx.CollectableRow) (dispatch.CredentialsInfo, error) { return scanCredentialsInfo(r) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: list credentials: %w", err)
 	}
@@ -188,22 +201,23 @@ func (s *Store) DeleteCredentials(ctx context.Context, id int64) error {
 // already created for a target no longer allowed are not sent with them:
 // the processor finishes them as ERROR. This replica's cache is invalidated
 // at once, and every replica's as the change commits (WatchCredentials).
-func (s *Store) SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.Credentials, error) {
+func (s *Store) SetCredentialsTargets(ctx context.Context, id int64, targets []string) (dispatch.CredentialsInfo, error) {
 	return s.UpdateCredentials(ctx, id, nil, &targets)
 }
 
 // UpdateCredentials changes credentials' name and allowed targets, each
 // when not nil, in one statement (SetCredentialsTargets says what a change
-// of targets does).
-func (s *Store) UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.Credentials, error) {
+// of targets does), and returns them as changed. It opens no secret: the
+// change needs no key, and either it is made and answered or it is not made.
+func (s *Store) UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.CredentialsInfo, error) {
 	var newTargets []string
 	if targets != nil {
 		newTargets = targetsOrEmpty(*targets)
 	}
-	c, err := s.scanCredentials(s.pool.QueryRow(ctx, `
+	c, err := scanCredentialsInfo(s.pool.QueryRow(ctx, `
 		UPDATE dispatch_credentials SET name = COALESCE($2, name),
 			allowed_targets = CASE WHEN $3 THEN $4 ELSE allowed_targets END, updated_at = $5
-		WHERE id = $1 RETURNING `+credentialsColumns,
+		WHERE id = $1 RETURNING `+credentialsInfoColumns,
 		id, name, targets != nil, newTargets, time.Now().UTC().Truncate(time.Microsecond)))
 	s.invalidateCredentials(id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -420,6 +434,42 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 	}
 	if err != nil {
 		return 0, fmt.Errorf("store: reseal: %w", err)
+	}
+	return n, nil
+}
+
+// NeedingReseal counts the stored secret values not sealed under the
+// current key: after a key change, those that still need
+// DISPATCH_ENCRYPTION_KEY_PREVIOUS (`dispatch rekey` reseals them). Once
+// it is 0, and no replica seals with the old key any more, the previous
+// key can be dropped.
+func (s *Store) NeedingReseal(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, bearer_token, signing_secret, previous_secrets FROM dispatch_credentials`)
+	if err != nil {
+		return 0, fmt.Errorf("store: count secrets needing reseal: %w", err)
+	}
+	var (
+		id             int64
+		bearer, secret []byte
+		previous       [][]byte
+		n              int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &bearer, &secret, &previous}, func() error {
+		if s.sealer.NeedsReseal(bearer, sealContext(id, "bearer_token")) {
+			n++
+		}
+		if s.sealer.NeedsReseal(secret, sealContext(id, "signing_secret")) {
+			n++
+		}
+		for _, p := range previous {
+			if s.sealer.NeedsReseal(p, sealContext(id, "previous_secret")) {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: count secrets needing reseal: %w", err)
 	}
 	return n, nil
 }

@@ -397,3 +397,68 @@ func TestRotateTwiceWithinGraceKeepsEveryOldSecret(t *testing.T) {
 	_, err := st.RotateCredentials(t.Context(), c.ID, "whsec_one_too_many", time.Hour)
 	wantCode(t, err, dispatch.EConflict)
 }
+
+// After a key change, NeedingReseal says how many stored values still need
+// DISPATCH_ENCRYPTION_KEY_PREVIOUS, so dropping it can be checked first:
+// values an API replica still running with the old key writes after
+// `dispatch rekey` are counted, and a second rekey reseals them.
+func TestNeedingResealCountsValuesThatStillNeedThePreviousKey(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newKey(t), newKey(t)
+	old, pool := setupKeyed(t, k1) // a replica not yet restarted: the old key alone
+	createCredentials(t, old)
+	both := storeOver(t, pool, newSealer(t, k2, k1)) // restarted, and rekey
+	needing := func(want int, when string) {
+		t.Helper()
+		if n, err := both.NeedingReseal(t.Context()); err != nil || n != want {
+			t.Errorf("%s: NeedingReseal = %d, %v; want %d", when, n, err, want)
+		}
+	}
+	needing(2, "before rekey") // the bearer token and the signing secret
+	if _, err := both.Reseal(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	needing(0, "after rekey")
+
+	late := createCredentials(t, old)
+	needing(2, "after the old replica wrote credentials")
+	onlyNew := storeOver(t, pool, newSealer(t, k2, nil))
+	if _, err := onlyNew.GetCredentials(t.Context(), late.ID); !errors.Is(err, store.ErrWrongKey) {
+		t.Fatalf("the premise: without the old key the late credentials cannot be read, got %v", err)
+	}
+	if n, err := both.Reseal(t.Context()); err != nil || n != 2 {
+		t.Fatalf("second rekey: %d, %v; want 2 values resealed", n, err)
+	}
+	needing(0, "after the second rekey")
+	if got := getCredentials(t, onlyNew, late.ID); got.SigningSecret != secret || got.BearerToken != bearer {
+		t.Errorf("with the new key alone: %q %q", got.SigningSecret, got.BearerToken)
+	}
+}
+
+// Changing credentials' name or targets opens no secret: on a replica that
+// cannot open them (its key is not theirs) the change is made and answered,
+// never made and answered with an error.
+func TestUpdateCredentialsNeedsNoKey(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newKey(t), newKey(t)
+	old, pool := setupKeyed(t, k1)
+	current := storeOver(t, pool, newSealer(t, k2, k1))
+	c := createCredentials(t, current) // sealed under K2
+	name := "Partner"
+	got, err := old.UpdateCredentials(t.Context(), c.ID, &name, &[]string{"https://partner.example"})
+	if err != nil {
+		t.Fatalf("UpdateCredentials on a replica without the credentials' key: %v", err)
+	}
+	stored := getCredentials(t, current, c.ID)
+	for what, v := range map[string]struct {
+		name    string
+		targets []string
+	}{"answered": {got.Name, got.AllowedTargets}, "stored": {stored.Name, stored.AllowedTargets}} {
+		if v.name != name || !slices.Equal(v.targets, []string{"https://partner.example"}) {
+			t.Errorf("%s: name %q targets %q, want the change", what, v.name, v.targets)
+		}
+	}
+	if !got.HasBearerToken || got.ID != c.ID {
+		t.Errorf("answer %+v, want credentials %d with their bearer token", got, c.ID)
+	}
+}

@@ -190,6 +190,9 @@ func consoleEventsAndSubscriptions(t *testing.T, in *instance, b *browser, credI
 	if none.Jobs == nil || len(none.Jobs) != 0 {
 		t.Errorf("an event while the subscription is disabled made jobs %v, want []", none.Jobs)
 	}
+	if eval[bool](b, `!!document.querySelector('[data-verify="`+subID+`"]')`) {
+		t.Error("a disabled subscription offers Verify, which the API refuses (Enable verifies it)")
+	}
 	b.do("enable", chromedp.Click(chromedp.CSS(`[data-enable="`+subID+`"]`)))
 	b.waitFor("ACTIVE again", `!!document.querySelector('[data-disable="`+subID+`"]')`)
 	in.do("GET", "/api/dispatch/subscriptions/"+subID, apiToken, nil, &sub)

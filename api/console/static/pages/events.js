@@ -113,7 +113,8 @@ export function subscriptionsPage(main, params) {
     const cell = h('td', { class: 'row-actions sub-actions' },
       s.status === 'DISABLED' ? h('button', { class: 'btn btn-sm', dataset: { enable: s.id }, onclick: () => act(s, 'enable') }, 'Enable') : null,
       s.status === 'ACTIVE' ? h('button', { class: 'btn btn-sm', dataset: { disable: s.id }, onclick: () => act(s, 'disable') }, 'Disable') : null,
-      h('button', { class: 'btn btn-sm', dataset: { verify: s.id }, title: 'Run the verification handshake again: ACTIVE if the endpoint echoes the challenge, otherwise PENDING_VERIFICATION (no events) until it does', onclick: () => act(s, 'verify') }, 'Verify'),
+      // A disabled one is verified by Enable (the API refuses /verify).
+      s.status === 'DISABLED' ? null : h('button', { class: 'btn btn-sm', dataset: { verify: s.id }, title: 'Run the verification handshake again: ACTIVE if the endpoint echoes the challenge, otherwise PENDING_VERIFICATION (no events) until it does', onclick: () => act(s, 'verify') }, 'Verify'),
       h('a', { class: 'btn btn-sm btn-ghost', href: '#/subscriptions/' + s.id, dataset: { edit: s.id } }, 'Edit'),
       h('button', { class: 'btn btn-sm btn-ghost', dataset: { delete: s.id }, onclick: () => confirmDelete(s, cell) }, 'Delete'));
     const opts = [verification(s), s.orderingKey ? `ordered by ${s.orderingKey}` : null, s.rateLimitPerSecond ? `≤ ${s.rateLimitPerSecond}/s` : null,
@@ -280,7 +281,7 @@ export function subscriptionPage(main, id) {
     const actions = sub ? h('div', { class: 'actions' },
       s.status === 'DISABLED' ? h('button', { class: 'btn', id: 'sub-enable', onclick: () => act('enable') }, 'Enable') : null,
       s.status === 'ACTIVE' ? h('button', { class: 'btn', id: 'sub-disable', onclick: () => act('disable') }, 'Disable') : null,
-      h('button', { class: 'btn', id: 'sub-verify', title: 'Run the verification handshake again: ACTIVE if the endpoint echoes the challenge, otherwise PENDING_VERIFICATION (no events) until it does', onclick: () => act('verify') }, 'Verify endpoint')) : null;
+      s.status === 'DISABLED' ? null : h('button', { class: 'btn', id: 'sub-verify', title: 'Run the verification handshake again: ACTIVE if the endpoint echoes the challenge, otherwise PENDING_VERIFICATION (no events) until it does', onclick: () => act('verify') }, 'Verify endpoint')) : null;
     const note = flash;
     flash = null;
     clear(main,

@@ -88,7 +88,10 @@ var commands = []command{
 			"valid, as for api, so it runs with the api's environment unchanged."},
 	{"rekey", "re-encrypt credential secrets under DISPATCH_ENCRYPTION_KEY",
 		"Re-encrypts every stored secret under DISPATCH_ENCRYPTION_KEY, reading\n" +
-			"those sealed under DISPATCH_ENCRYPTION_KEY_PREVIOUS."},
+			"those sealed under DISPATCH_ENCRYPTION_KEY_PREVIOUS. Run it once every\n" +
+			"replica runs with the new key (and the old one as _PREVIOUS). It ends by\n" +
+			"saying that no value needs the previous key any more, or fails when a\n" +
+			"replica still wrote under another key meanwhile."},
 	{"config", "print the settings in effect (secrets masked) and check them",
 		"Prints every setting the services read with the value in effect and\n" +
 			"where it comes from (set, default, derived), secrets masked; exits\n" +

@@ -290,9 +290,48 @@ func (a *app) rekey(ctx context.Context) error {
 	if n == 0 {
 		fmt.Fprintln(a.stdout, "re-encrypted 0 secret values: every one is under DISPATCH_ENCRYPTION_KEY already "+
 			"(to change the key, set the new one as DISPATCH_ENCRYPTION_KEY and the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS)")
+	} else {
+		fmt.Fprintf(a.stdout, "re-encrypted %d secret values under the current key\n", n)
+	}
+	// A replica still running with the old key as DISPATCH_ENCRYPTION_KEY
+	// seals what it writes under it, during the run or after it: what is
+	// left is counted now, and the operator runs rekey again before dropping
+	// the old key.
+	left, err := st.NeedingReseal(ctx)
+	if err != nil {
+		return err
+	}
+	if left > 0 {
+		return fmt.Errorf("rekey: %d secret values were written under another key while it ran (a replica still running with the old key "+
+			"as DISPATCH_ENCRYPTION_KEY?): keep DISPATCH_ENCRYPTION_KEY_PREVIOUS, restart every replica with the new key as "+
+			"DISPATCH_ENCRYPTION_KEY and the old one as DISPATCH_ENCRYPTION_KEY_PREVIOUS, then run `dispatch rekey` again", left)
+	}
+	if a.cfg.PreviousEncryptionKey != nil {
+		fmt.Fprintln(a.stdout, "0 left that need DISPATCH_ENCRYPTION_KEY_PREVIOUS: once every replica runs with "+
+			"this DISPATCH_ENCRYPTION_KEY, it can be dropped")
+	}
+	return nil
+}
+
+// notePreviousKey says, when DISPATCH_ENCRYPTION_KEY_PREVIOUS is set, how
+// many stored secret values still need it, so an operator knows whether
+// dropping it is safe (0) or `dispatch rekey` is still to run.
+func (a *app) notePreviousKey(ctx context.Context, st *store.Store) error {
+	if a.cfg.PreviousEncryptionKey == nil {
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "re-encrypted %d secret values under the current key\n", n)
+	n, err := st.NeedingReseal(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		a.log.Warn("secret values are still sealed under DISPATCH_ENCRYPTION_KEY_PREVIOUS: once every replica runs with "+
+			"this DISPATCH_ENCRYPTION_KEY, run `dispatch rekey`, and drop the previous key only once it reports 0 left",
+			"sealed_under_previous", n)
+		return nil
+	}
+	a.log.Info("no secret value needs DISPATCH_ENCRYPTION_KEY_PREVIOUS any more: once every replica runs with "+
+		"this DISPATCH_ENCRYPTION_KEY, drop the previous key", "sealed_under_previous", 0)
 	return nil
 }
 
@@ -380,6 +419,9 @@ func (a *app) run(ctx context.Context, withAPI, withRouter bool) error {
 			return err
 		}
 		if err := st.CheckKey(ctx); err != nil {
+			return err
+		}
+		if err := a.notePreviousKey(ctx, st); err != nil {
 			return err
 		}
 		// The partitions of now and ahead exist before the first create.
