@@ -86,7 +86,7 @@ func (s *Server) getCredentials(c *gin.Context) {
 	if !ok {
 		return
 	}
-	cr, err := s.store.GetCredentials(c.Request.Context(), id)
+	cr, err := s.store.GetCredentialsInfo(c.Request.Context(), id)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -96,7 +96,7 @@ func (s *Server) getCredentials(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	v := viewCredentials(cr.Info(), s.now())
+	v := viewCredentials(cr, s.now())
 	v.Usage = viewCredentialsUsage(usage[id])
 	writeJSON(c, http.StatusOK, v)
 }

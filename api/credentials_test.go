@@ -30,10 +30,11 @@ func otherReplica(t *testing.T, f *fixture) *store.Store {
 	return st
 }
 
-// The credentials list and a change of name or targets show no secret,
-// and open none: credentials this replica cannot decrypt (sealed under a
-// key it lacks) neither break the list, the console's Credentials page,
-// nor answer a change that was made with an error.
+// The credentials list, one credentials' page and a change of name or
+// targets show no secret, and open none: credentials this replica cannot
+// decrypt (sealed under a key it lacks) neither break the list, the
+// console's Credentials page, nor answer a change that was made with an
+// error.
 func TestCredentialsListAndChangesNeedNoKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -68,6 +69,12 @@ func TestCredentialsListAndChangesNeedNoKey(t *testing.T) {
 	}
 	if got := page.Items[0]; got.Name != "sealed elsewhere" || !got.HasBearerToken || got.PreviousSecretExpiresAt == "" {
 		t.Errorf("listed %+v, want its name, its bearer token and its rotation's grace period shown", got)
+	}
+
+	var one item
+	f.do(t, "GET", path+"/"+id, "").want(t, http.StatusOK).decode(t, &one)
+	if one.Name != "sealed elsewhere" || !one.HasBearerToken {
+		t.Errorf("GET %s = %+v, want it shown as listed", id, one)
 	}
 
 	var changed item

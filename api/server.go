@@ -35,6 +35,7 @@ type Store interface {
 	ReplayJobs(ctx context.Context, f dispatch.JobFilter, limit int) (dispatch.ReplayResult, error)
 	CreateCredentials(ctx context.Context, c *dispatch.Credentials) error
 	GetCredentials(ctx context.Context, id int64) (dispatch.Credentials, error)
+	GetCredentialsInfo(ctx context.Context, id int64) (dispatch.CredentialsInfo, error)
 	DeleteCredentials(ctx context.Context, id int64) error
 	RotateCredentials(ctx context.Context, id int64, secret string, grace time.Duration) (dispatch.Credentials, error)
 	UpdateCredentials(ctx context.Context, id int64, name *string, targets *[]string) (dispatch.CredentialsInfo, error)

@@ -22,9 +22,9 @@ import (
 // that job's pointer. Only a group's head (its live job placed first) can
 // be delivered, so the statement finds the heads once (heads: the live
 // grouped jobs in group order, through idx_dispatch_live_group) instead of
-// asking, for each held job, whether an earlier one is live: one failing
-// target's group of 200,000 held jobs took that look-up 200,000 times, and
-// the read ran past its timeout (docs/benchmarks.md, "A long-held group").
+// asking, for each held job, whether an earlier one is live: a look-up per
+// held job would make one failing target's long group cost the read
+// seconds (docs/benchmarks.md, "A long-held group").
 //
 // So the count of unsent jobs takes the publisher's own test
 // (PublishDueExcept): a pointer sent again (stepped aside for its group,

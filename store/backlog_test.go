@@ -172,10 +172,10 @@ func TestBacklogLeavesOutJobsHeldByTheirGroup(t *testing.T) {
 }
 
 // The backlog finds each group's first live job once, not an earlier live
-// job for each job held: one failing target's group of 200,000 held jobs
-// made it 200,000 look-ups, and the read ran past its timeout, so
-// /metrics lost the backlog and the Overview its numbers exactly while a
-// target was down (docs/benchmarks.md, "A long-held group").
+// job for each job held: with a look-up per held job, one failing target's
+// long group takes the read past its timeout, and /metrics loses the
+// backlog and the Overview its numbers exactly while a target is down
+// (docs/benchmarks.md, "A long-held group").
 func TestBacklogLooksUpAHeldGroupOnce(t *testing.T) {
 	t.Parallel()
 	st, pool := setup(t)

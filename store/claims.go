@@ -76,7 +76,13 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 			return nil
 		case s.lost.take(j):
 			// This process's claim, made by an earlier call that returned
-			// an error: no request went out. It runs from now.
+			// an error: no request went out. It runs from now, unless the
+			// job expired meanwhile.
+			if j.ExpiresAt != nil && !now.Before(*j.ExpiresAt) {
+				c.State = dispatch.ClaimTerminal
+				c.Job, err = finishJob(ctx, tx, j.ID, dispatch.StatusExpired, now, "expired before delivery")
+				return err
+			}
 			c.State = dispatch.Claimed
 			c.Job, err = scanJob(tx.QueryRow(ctx, `
 				UPDATE dispatch_job SET last_attempt_at = $2, claimed_until = $3, updated_at = $2, `+claimSendLease("$3")+`
@@ -142,7 +148,9 @@ func (s *Store) ClaimJob(ctx context.Context, id int64, now time.Time, lease tim
 		return err
 	})
 	if err != nil {
-		if lost {
+		// A claim of the fast path, or this transaction's own (a takeover),
+		// may have committed unseen.
+		if lost || !nothingWritten(err) {
 			s.lost.add(id, now, until)
 		}
 		return c, fmt.Errorf("store: claim job %d: %w", id, err)

@@ -155,6 +155,19 @@ func scanCredentialsInfo(row pgx.Row) (dispatch.CredentialsInfo, error) {
 	return c, err
 }
 
+// GetCredentialsInfo returns credentials as the API shows them, opening
+// no secret: a process without their key reads them like the others.
+func (s *Store) GetCredentialsInfo(ctx context.Context, id int64) (dispatch.CredentialsInfo, error) {
+	c, err := scanCredentialsInfo(s.pool.QueryRow(ctx, `SELECT `+credentialsInfoColumns+` FROM dispatch_credentials WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, notFound("credentials", id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("store: get credentials %d: %w", id, err)
+	}
+	return c, nil
+}
+
 // ListCredentials returns one page of credentials, newest first, and the
 // total. It opens no secret (the list shows none): credentials sealed under
 // a key this process lacks are listed like the others.

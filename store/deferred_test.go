@@ -365,10 +365,10 @@ func TestAHandedJobFoundBusyCanStillBeGivenBack(t *testing.T) {
 
 // A queue message's first receive that finds its job busy (a copy of the
 // pointer claimed it a moment before) notes the pointer as due back when
-// the claim ends, as any other receive does: it is on the queue. Taken
-// for an in-process offer, which has none, the row kept its send time, and
-// the sweep, reckoning from that, could send a spare pointer for a job
-// only waiting out a claim.
+// the claim ends, as any other receive does: it is on the queue (an
+// in-process offer has none). Left at its send time, the sweep, reckoning
+// from that, could send a spare pointer for a job only waiting out a
+// claim.
 func TestAFirstReceiveThatFindsItsJobBusyNotesItsPointerDueBack(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t)

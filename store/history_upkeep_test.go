@@ -280,8 +280,8 @@ func TestADropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
 // A drop interrupted while it waited for a reader (the service stopped, or
 // DATABASE_URL's lock_timeout ran out) is finished by a later pass. While
 // the reader (a backup) goes on, finishing it must not hold up the
-// partitions ahead either: it waited with the parent locked, and every
-// create of a partition failed after 10 s for as long as the backup ran.
+// partitions ahead either: waiting with the parent locked, it would fail
+// every create of a partition after 10 s for as long as the backup ran.
 // The pass says what it waits for, and the pass after the reader drops it.
 func TestAnInterruptedDropWaitingForAReaderDoesNotHoldUpNewPartitions(t *testing.T) {
 	t.Parallel()

@@ -120,10 +120,10 @@ func (p *cutProxy) armed(on bool) int {
 }
 
 // A claim whose statement committed but whose answer was lost is still
-// the claimant's: it delivers the job as attempt 1. Before, the job was
-// found IN_PROGRESS under a live claim, came back only after the lease,
-// and the takeover recorded a TIMEOUT for an attempt never made (a job
-// with one try ended ERROR without a request).
+// the claimant's: it delivers the job as attempt 1, rather than finding it
+// IN_PROGRESS under a live claim, taking it over after the lease and
+// recording a TIMEOUT for an attempt never made (a job with one try would
+// end ERROR without a request).
 func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
@@ -162,10 +162,10 @@ func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
 // A claim whose answer was lost with the database itself (an outage began
 // just after the commit) cannot be recognised then: the claim is an error,
 // and no request goes out. When the pointer comes back, after the outage,
-// the claim is still this process's: attempt 1 is made at once. Before, the
-// job waited out the lease and was charged a TIMEOUT for an attempt never
-// made; with one try it ended ERROR without a request. Another replica,
-// which cannot know, still finds it busy.
+// the claim is still this process's: attempt 1 is made at once, not after
+// the lease with a TIMEOUT charged for an attempt never made (with one try
+// the job would end ERROR without a request). Another replica, which
+// cannot know, still finds it busy.
 func TestAClaimLostInAnOutageIsStillTheClaimantsAfterIt(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
@@ -226,5 +226,42 @@ func TestAClaimOnAClosedPoolIsAnError(t *testing.T) {
 	pool.Close()
 	if _, err := st.ClaimJob(t.Context(), j.ID, now(), lease); err == nil {
 		t.Fatalf("ClaimJob on a closed pool = %v; want an error", err)
+	}
+}
+
+// A claim lost in an outage whose job expired before the pointer came
+// back is not delivered: the job ends EXPIRED, as it would have had any
+// other processor found it, with no attempt (no request went out).
+func TestAClaimLostInAnOutageIsNotDeliveredPastItsJobsExpiry(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCutProxy(t, u.Host)
+	u.Host = proxy.addr
+	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+
+	t0 := now()
+	expires := t0.Add(2 * time.Second)
+	j := createJob(t, direct, func(j *dispatch.Job) { j.ExpiresAt = &expires })
+	proxy.mu.Lock()
+	proxy.down = true
+	proxy.mu.Unlock()
+	proxy.armed(true)
+	if _, err := st.ClaimJob(t.Context(), j.ID, t0, lease); err == nil {
+		t.Fatal("ClaimJob with its answer lost and the database away: no error")
+	}
+	proxy.armed(false)
+	proxy.up()
+
+	c, err := st.ClaimJob(t.Context(), j.ID, expires.Add(time.Second), lease)
+	if err != nil || c.State != dispatch.ClaimTerminal || c.Job.Status != dispatch.StatusExpired {
+		t.Fatalf("the pointer back after the job expired: claim %v, job %s, %v; want it ended EXPIRED", c.State, c.Job.Status, err)
+	}
+	if as, err := direct.ListAttempts(t.Context(), j.ID); err != nil || len(as) != 0 {
+		t.Errorf("attempts %+v, %v; want none", as, err)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -17,15 +18,18 @@ import (
 // job with one try would end ERROR without a request).
 //
 // It is per process: a pointer handled by another replica waits out the
-// lease as before. Entries go when their lease ends.
+// lease as before. An entry goes when it is taken, or once its lease has
+// ended (another processor may have taken the job over by then, and the
+// claim's stamps no longer match).
 type lostClaims struct {
 	mu sync.Mutex
-	m  map[int64]lostClaim
+	m  map[int64][]lostClaim // a job's claims tried while it was away: any one may be the row's
 }
 
 type lostClaim struct{ now, until time.Time }
 
-// maxLostClaims bounds the memory; past it the oldest wait out their lease.
+// maxLostClaims bounds the memory; past it a new claim is not remembered
+// (its job waits out the lease).
 const maxLostClaims = 10_000
 
 // add remembers the claim of job id made at now until until.
@@ -33,34 +37,36 @@ func (l *lostClaims) add(id int64, now, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
-		l.m = make(map[int64]lostClaim)
+		l.m = make(map[int64][]lostClaim)
 	}
-	if len(l.m) >= maxLostClaims {
-		l.expire(now)
-		if len(l.m) >= maxLostClaims {
-			return
-		}
+	l.expire(now) // a few entries, only while the database is unreachable
+	if len(l.m) >= maxLostClaims || len(l.m[id]) >= maxLostPerJob {
+		return
 	}
-	l.m[id] = lostClaim{now: now, until: until}
+	l.m[id] = append(l.m[id], lostClaim{now: now, until: until})
 }
+
+// maxLostPerJob bounds the claims remembered for one job: those whose
+// statement reached the database and may have committed, a few at most.
+const maxLostPerJob = 4
 
 // take reports whether j holds a claim this process lost the answer of,
 // and forgets it.
 func (l *lostClaims) take(j dispatch.Job) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.m[j.ID]
+	cs, ok := l.m[j.ID]
 	if !ok {
 		return false
 	}
 	delete(l.m, j.ID)
-	return ownClaim(j, c.now, c.until)
+	return slices.ContainsFunc(cs, func(c lostClaim) bool { return ownClaim(j, c.now, c.until) })
 }
 
 // expire forgets the claims whose lease ended before now.
 func (l *lostClaims) expire(now time.Time) {
-	for id, c := range l.m {
-		if c.until.Before(now) {
+	for id, cs := range l.m {
+		if !slices.ContainsFunc(cs, func(c lostClaim) bool { return !c.until.Before(now) }) {
 			delete(l.m, id)
 		}
 	}

@@ -167,10 +167,10 @@ func (s *Store) PublishDueExcept(ctx context.Context, now time.Time, limit int, 
 // then. A job behind a live one of its group is left alone, whatever its
 // age: the queue holds its pointer behind the group's first, and it can be
 // delivered only once that one is done. Sent again, each would wait in the
-// outbox, to be tested for its group on every pass (a long outage of one
-// group's target left 200,000 there, and each pass took seconds); should
-// its pointer be lost, it is sent again once it leads its group and has
-// still had no news. The group heads are looked up once per group.
+// outbox, to be tested for its group on every pass, so that a long outage
+// of one group's target would cost every pass a look-up per held job;
+// should its pointer be lost, it is sent again once it leads its group and
+// has still had no news. The group heads are looked up once per group.
 const requeueStaleSQL = `
 		WITH stale AS (
 			SELECT id, group_id, seq FROM dispatch_job

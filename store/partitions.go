@@ -535,8 +535,8 @@ func dropPartition(ctx context.Context, conn *pgx.Conn, parent, name string) err
 // application's tables in the database are not dispatch's to finish.
 //
 // FINALIZE holds its parent's SHARE UPDATE EXCLUSIVE lock while it waits
-// for the partition's readers, and making a partition needs that lock: a
-// FINALIZE waiting for a backup that reads for hours held up every create
+// for the partition's readers, and making a partition needs that lock:
+// waiting for a backup that reads for hours, it would hold up every create
 // of a partition (the upkeep's, a start-up's, makeRoom's) for as long. So
 // it waits finalizeWait at most; a partition whose readers outlast that is
 // returned, left pending, and tried again on the next pass.

@@ -17,5 +17,7 @@ CREATE TABLE dispatch_alert_hold (
 
 -- Breaker states set before holds had no owner and no end: one left on by
 -- a process that stopped would keep its host's next opening from alerting.
--- The processes running now hold again what is still open in them.
+-- They go; a breaker open at the upgrade alerts again at its next opening.
+-- Until every replica runs this version, an older one still records its
+-- breakers' changes as states, apart from the holds.
 DELETE FROM dispatch_alert_state WHERE key LIKE 'breaker:%';
