@@ -126,7 +126,6 @@ func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
 	})
 	unblock := make(chan struct{})
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
 	var fast atomic.Int32
 	med := &fakeMediator{fn: func(ptr dispatch.Pointer, _ int) error {
 		if ptr.PoolCode == "SLOW" {
@@ -144,7 +143,13 @@ func TestAFullPoolsBacklogDoesNotStarveTheOthers(t *testing.T) {
 	sendEach(t, q.Open(t), "SLOW", slow...)
 	sendEach(t, q.Open(t), "FAST", 1, 2, 3, 4, 5)
 	runUntilCleanup(t, r)
-	eventually(t, 30*time.Second, func() bool { return fast.Load() == 5 },
+	// Registered after the router's stop, so run before it: the slow
+	// mediations end, and the router can stop, whatever the test's end.
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+	// About 3 s alone; the bound is for a box shared with the whole suite
+	// under the race detector, where a receive cycle takes many times
+	// longer (56 s seen).
+	eventually(t, 90*time.Second, func() bool { return fast.Load() == 5 },
 		"the fast pool's five messages mediated behind 500 for the full slow pool")
 	mu.Lock()
 	defer mu.Unlock()
@@ -179,9 +184,9 @@ func TestAFullPoolsFirstReturnIsSoonWhateverTheReceiveCount(t *testing.T) {
 	}
 	unblock := make(chan struct{})
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
 	r := slowAndFast(t, rq, &fakeMediator{fn: func(dispatch.Pointer, int) error { <-unblock; return nil }})
 	runUntilCleanup(t, r)
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) }) // before the router's stop
 	var first int64
 	eventually(t, 10*time.Second, func() bool { first = r.Stats()[0].PoolFull; return first >= 5 },
 		"the slow pool's messages beyond its room given back")

@@ -105,6 +105,30 @@ func (p *cutProxy) answers(client, server net.Conn) {
 	}
 }
 
+// cutWithOutage arms the proxy for a cut that takes the database away
+// with it, until up.
+func (p *cutProxy) cutWithOutage() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down, p.arm = true, true
+}
+
+// behindCutProxy opens a database and two stores on it: direct, and st,
+// whose connections go through proxy.
+func behindCutProxy(t *testing.T) (direct, st *store.Store, proxy *cutProxy) {
+	t.Helper()
+	dbURL := storetest.NewDatabase(t)
+	direct, _ = storetest.Open(t, dbURL, store.Options{NodeID: 1})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = newCutProxy(t, u.Host)
+	u.Host = proxy.addr
+	st, _ = storetest.Open(t, u.String(), store.Options{NodeID: 2})
+	return direct, st, proxy
+}
+
 // up ends an outage begun by a cut.
 func (p *cutProxy) up() {
 	p.mu.Lock()
@@ -126,15 +150,7 @@ func (p *cutProxy) armed(on bool) int {
 // end ERROR without a request).
 func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
 	t.Parallel()
-	dbURL := storetest.NewDatabase(t)
-	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newCutProxy(t, u.Host)
-	u.Host = proxy.addr
-	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+	direct, st, proxy := behindCutProxy(t)
 
 	j := createJob(t, direct, func(j *dispatch.Job) { j.MaxRetries = 1 })
 	proxy.armed(true)
@@ -168,21 +184,10 @@ func TestAClaimWhoseAnswerWasLostIsStillTheClaimants(t *testing.T) {
 // cannot know, still finds it busy.
 func TestAClaimLostInAnOutageIsStillTheClaimantsAfterIt(t *testing.T) {
 	t.Parallel()
-	dbURL := storetest.NewDatabase(t)
-	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newCutProxy(t, u.Host)
-	u.Host = proxy.addr
-	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+	direct, st, proxy := behindCutProxy(t)
 
 	j := createJob(t, direct, func(j *dispatch.Job) { j.MaxRetries = 1 })
-	proxy.mu.Lock()
-	proxy.down = true
-	proxy.mu.Unlock()
-	proxy.armed(true)
+	proxy.cutWithOutage()
 	t0 := now()
 	if _, err := st.ClaimJob(t.Context(), j.ID, t0, lease); err == nil {
 		t.Fatal("ClaimJob with its answer lost and the database away: no error")
@@ -234,23 +239,12 @@ func TestAClaimOnAClosedPoolIsAnError(t *testing.T) {
 // other processor found it, with no attempt (no request went out).
 func TestAClaimLostInAnOutageIsNotDeliveredPastItsJobsExpiry(t *testing.T) {
 	t.Parallel()
-	dbURL := storetest.NewDatabase(t)
-	direct, _ := storetest.Open(t, dbURL, store.Options{NodeID: 1})
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newCutProxy(t, u.Host)
-	u.Host = proxy.addr
-	st, _ := storetest.Open(t, u.String(), store.Options{NodeID: 2})
+	direct, st, proxy := behindCutProxy(t)
 
 	t0 := now()
 	expires := t0.Add(2 * time.Second)
 	j := createJob(t, direct, func(j *dispatch.Job) { j.ExpiresAt = &expires })
-	proxy.mu.Lock()
-	proxy.down = true
-	proxy.mu.Unlock()
-	proxy.armed(true)
+	proxy.cutWithOutage()
 	if _, err := st.ClaimJob(t.Context(), j.ID, t0, lease); err == nil {
 		t.Fatal("ClaimJob with its answer lost and the database away: no error")
 	}
