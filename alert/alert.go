@@ -286,7 +286,10 @@ func (n *Notifier) countExhausted(ctx context.Context, now time.Time) {
 		e := dispatch.AlertEvent{Kind: dispatch.AlertJobsExhausted, Subject: k[0] + " / " + k[1],
 			Detail: fmt.Sprintf("at least %d jobs exhausted their retries since %s", n.cfg.ExhaustedThreshold, start.UTC().Format(time.RFC3339))}
 		if _, err := n.st.CountExhausted(ctx, k[0], k[1], start, c, n.cfg.ExhaustedThreshold, e); err != nil {
-			n.warn(ctx, "exhausted jobs not counted for alerts", err)
+			n.warn(ctx, "exhausted jobs not counted for alerts yet; counted on a later tick", err)
+			n.mu.Lock()
+			n.exhausted[k] += c // kept for the next tick, with any counted meanwhile
+			n.mu.Unlock()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package alert_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ type fakeStore struct {
 	events    []dispatch.AlertEvent
 	counts    map[string]int
 	oldestDue *time.Time
+	countErrs int // CountExhausted calls to fail, as a database away does
 }
 
 func newFake() *fakeStore {
@@ -78,6 +80,10 @@ func (f *fakeStore) RenewAlertHolds(context.Context, string, []string, time.Dura
 func (f *fakeStore) CountExhausted(_ context.Context, source, typ string, _ time.Time, n, _ int, _ dispatch.AlertEvent) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.countErrs > 0 {
+		f.countErrs--
+		return false, errors.New("the database is away")
+	}
 	f.counts[source+"/"+typ] += n
 	return false, nil
 }
@@ -138,6 +144,22 @@ func TestNotifierCountsExhaustedJobsButNotAlertJobs(t *testing.T) {
 	if len(f.counts) != 2 {
 		t.Errorf("counted %v", f.counts)
 	}
+}
+
+// Jobs that exhausted their retries while the database was away are
+// counted once it answers again, not dropped with the failed call: a
+// threshold crossed during a blip still alerts.
+func TestNotifierKeepsExhaustedCountsThroughAFailedWrite(t *testing.T) {
+	f := newFake()
+	f.countErrs = 3
+	n := alert.New(f, alert.Config{Window: time.Second, ExhaustedThreshold: 3, Tick: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	for range 4 {
+		n.Exhausted("orders", "order.created")
+	}
+	start(t, n)
+	waitUntil(t, f, "the count is added after the failures", func() bool {
+		return f.countErrs == 0 && f.counts["orders/order.created"] == 4
+	})
 }
 
 func TestNotifierRecordsBreakerChangesAndAnOldBacklog(t *testing.T) {
